@@ -1,0 +1,75 @@
+# ace_hybrid developer entry points. `make test` is what CI runs (.ci/run).
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+BUILD_DEPS := "scikit-build-core>=0.10" "pybind11>=2.12" ninja cmake
+TEST_DEPS := numpy "pytest>=8" "hypothesis>=6.100" "pybind11-stubgen>=2.5" grid2op lightsim2grid
+BENCH_DEPS := "pytest-benchmark>=4" cpprb tianshou torchrl
+CPP_BUILD := build/cpp-tests
+SAN_BUILD := build/sanitize
+
+.PHONY: help venv install test test-cpp test-py dev stubs bench sanitize wheel clean
+
+help:
+	@echo "make test      set up $(VENV), build and install the package, run C++ and Python tests"
+	@echo "make bench     run the benchmarks and the peer comparison (installs torch==2.13.0 and peers)"
+	@echo "make sanitize  build with ASan+UBSan and run the C++ and Python tests under them"
+	@echo "make dev       build the extension in place (PYTHONPATH=python) for quick iteration"
+	@echo "make stubs     regenerate python/ace_hybrid/_core.pyi from the built module"
+	@echo "make wheel     build a wheel into dist/"
+
+$(VENV)/.deps: pyproject.toml Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q $(BUILD_DEPS) $(TEST_DEPS)
+	touch $@
+
+venv: $(VENV)/.deps
+
+install: venv
+	$(PIP) install -q --no-build-isolation --no-deps .
+
+test: install test-cpp test-py
+
+test-cpp: venv
+	$(VENV)/bin/cmake -S . -B $(CPP_BUILD) -G Ninja -DACE_HYBRID_CPP_TESTS=ON -DACE_HYBRID_CPP_ONLY=ON -DCMAKE_BUILD_TYPE=Debug
+	$(VENV)/bin/cmake --build $(CPP_BUILD)
+	$(CPP_BUILD)/ace_hybrid_cpp_tests
+
+# pytest exits 5 when it collected nothing: that is a broken setup, never a pass.
+test-py: install
+	cd tests && ../$(PY) -m pytest -c ../pyproject.toml --rootdir=.. ..; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: the test setup is broken" >&2; exit 1; fi; exit $$rc
+
+dev: venv
+	$(VENV)/bin/cmake -S . -B build/dev -G Ninja -DPython_EXECUTABLE=$(abspath $(PY)) \
+	  -Dpybind11_DIR=$$($(PY) -m pybind11 --cmakedir)
+	$(VENV)/bin/cmake --build build/dev
+	cp build/dev/_core*.so python/ace_hybrid/
+
+stubs: install
+	cd /tmp && $(abspath $(PY)) -m pybind11_stubgen ace_hybrid._core -o $(abspath build/stubs) --numpy-array-use-type-var
+	cp build/stubs/ace_hybrid/_core.pyi python/ace_hybrid/_core.pyi
+
+bench: install
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q $(BENCH_DEPS)
+	cd benchmarks && ../$(PY) -m pytest -c ../pyproject.toml --rootdir=.. -p no:randomly . --benchmark-only -o testpaths=benchmarks
+	$(PY) benchmarks/compare_peers.py --output benchmarks/RESULTS.md
+
+sanitize: venv
+	$(VENV)/bin/cmake -S . -B $(SAN_BUILD) -G Ninja -DACE_HYBRID_SANITIZE=ON -DACE_HYBRID_CPP_TESTS=ON \
+	  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPython_EXECUTABLE=$(abspath $(PY)) -Dpybind11_DIR=$$($(PY) -m pybind11 --cmakedir)
+	$(VENV)/bin/cmake --build $(SAN_BUILD)
+	$(SAN_BUILD)/ace_hybrid_cpp_tests
+	rm -rf $(SAN_BUILD)/pkg && mkdir -p $(SAN_BUILD)/pkg && cp -r python/ace_hybrid $(SAN_BUILD)/pkg/ && cp $(SAN_BUILD)/_core*.so $(SAN_BUILD)/pkg/ace_hybrid/
+	cd tests && ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  LD_PRELOAD="$$(g++ -print-file-name=libasan.so) $$(g++ -print-file-name=libubsan.so)" \
+	  PYTHONPATH=$(abspath $(SAN_BUILD)/pkg) ../$(PY) -m pytest -c ../pyproject.toml --rootdir=.. .. -x -q -m "not slow"
+
+wheel: venv
+	$(PIP) wheel --no-build-isolation --no-deps -w dist .
+
+clean:
+	rm -rf build dist $(VENV) python/ace_hybrid/_core*.so
