@@ -9,4 +9,5 @@ PYBIND11_MODULE(_core, m) {
     ace_hybrid::bind_replay(m);
     ace_hybrid::bind_topology(m);
     ace_hybrid::bind_masking(m);
+    ace_hybrid::bind_sampling(m);
 }
