@@ -7,6 +7,7 @@ BUILD_DEPS := "scikit-build-core>=0.10" "pybind11>=2.12" ninja cmake
 TEST_DEPS := numpy "pytest>=8" "hypothesis>=6.100" "pybind11-stubgen>=2.5" grid2op lightsim2grid
 BENCH_DEPS := "pytest-benchmark>=4" cpprb tianshou torchrl
 CPP_BUILD := build/cpp-tests
+PYTEST_ARGS ?=
 SAN_BUILD := build/sanitize
 
 .PHONY: help venv install test test-cpp test-py dev stubs bench sanitize wheel clean
@@ -39,7 +40,7 @@ test-cpp: venv
 
 # pytest exits 5 when it collected nothing: that is a broken setup, never a pass.
 test-py: install
-	cd tests && ../$(PY) -m pytest -c ../pyproject.toml --rootdir=.. ..; rc=$$?; \
+	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: the test setup is broken" >&2; exit 1; fi; exit $$rc
 
 dev: venv
@@ -50,12 +51,13 @@ dev: venv
 
 stubs: install
 	cd /tmp && $(abspath $(PY)) -m pybind11_stubgen ace_hybrid._core -o $(abspath build/stubs) --numpy-array-use-type-var
-	cp build/stubs/ace_hybrid/_core.pyi python/ace_hybrid/_core.pyi
+	{ echo "# generated with pybind11 $$($(PY) -c 'import ace_hybrid; print(ace_hybrid.build_info()["pybind11"])') by \`make stubs\`; do not edit"; \
+	  cat build/stubs/ace_hybrid/_core.pyi; } > python/ace_hybrid/_core.pyi
 
 bench: install
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q $(BENCH_DEPS)
-	cd benchmarks && ../$(PY) -m pytest -c ../pyproject.toml --rootdir=.. -p no:randomly . --benchmark-only -o testpaths=benchmarks
+	$(PY) -m pytest benchmarks --benchmark-only -o python_files='bench_*.py'
 	$(PY) benchmarks/compare_peers.py --output benchmarks/RESULTS.md
 
 sanitize: venv
@@ -64,9 +66,9 @@ sanitize: venv
 	$(VENV)/bin/cmake --build $(SAN_BUILD)
 	$(SAN_BUILD)/ace_hybrid_cpp_tests
 	rm -rf $(SAN_BUILD)/pkg && mkdir -p $(SAN_BUILD)/pkg && cp -r python/ace_hybrid $(SAN_BUILD)/pkg/ && cp $(SAN_BUILD)/_core*.so $(SAN_BUILD)/pkg/ace_hybrid/
-	cd tests && ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  LD_PRELOAD="$$(g++ -print-file-name=libasan.so) $$(g++ -print-file-name=libubsan.so)" \
-	  PYTHONPATH=$(abspath $(SAN_BUILD)/pkg) ../$(PY) -m pytest -c ../pyproject.toml --rootdir=.. .. -x -q -m "not slow"
+	  PYTHONPATH=$(abspath $(SAN_BUILD)/pkg) $(PY) -m pytest -x -q -m "not slow"
 
 wheel: venv
 	$(PIP) wheel --no-build-isolation --no-deps -w dist .
