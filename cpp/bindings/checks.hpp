@@ -78,3 +78,59 @@ void require_in(T x, T lo, T hi, const char* name) {
 }
 
 }  // namespace ace_hybrid::checks
+
+namespace ace_hybrid::checks {
+
+// dtype name as numpy prints it ("float32", "bool", ">f4" shows as "float32" with byte order elided).
+inline std::string dtype_str(const py::array& a) { return py::str(a.dtype()).cast<std::string>(); }
+
+// Requires a floating dtype of exactly `itemsize` bytes (any byte order); ValueError naming the dtype otherwise.
+inline void require_float_dtype(const py::array& a, const char* name, py::ssize_t itemsize) {
+    if (a.dtype().kind() != 'f' || a.dtype().itemsize() != itemsize) {
+        std::ostringstream os;
+        os << name << " must have dtype float" << 8 * itemsize << ", got " << dtype_str(a);
+        throw std::invalid_argument(os.str());
+    }
+}
+
+// Requires dtype bool or uint8 (a byte mask: nonzero = true); ValueError naming the dtype otherwise.
+inline void require_byte_mask_dtype(const py::array& a, const char* name) {
+    const char kind = a.dtype().kind();
+    if (!((kind == 'b' || kind == 'u') && a.dtype().itemsize() == 1)) {
+        std::ostringstream os;
+        os << name << " must have dtype bool or uint8, got " << dtype_str(a);
+        throw std::invalid_argument(os.str());
+    }
+}
+
+// Requires a Python integer (or anything with __index__) in [0, 2^64); returns it. TypeError for a non-integer,
+// ValueError naming the value and the range otherwise.
+inline std::uint64_t require_uint64(py::handle h, const char* name) {
+    py::object idx = py::reinterpret_steal<py::object>(PyNumber_Index(h.ptr()));
+    if (!idx) {
+        PyErr_Clear();
+        throw py::type_error(std::string(name) + " must be an integer, got " +
+                             py::str(py::type::handle_of(h).attr("__name__")).cast<std::string>());
+    }
+    const unsigned long long v = PyLong_AsUnsignedLongLong(idx.ptr());
+    if (v == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
+        PyErr_Clear();
+        std::ostringstream os;
+        os << name << " = " << py::str(idx).cast<std::string>() << " out of range [0, 18446744073709551615]";
+        throw std::invalid_argument(os.str());
+    }
+    return static_cast<std::uint64_t>(v);
+}
+
+// Requires `s` to be one of `options`; ValueError listing them otherwise. Returns the position in `options`.
+inline std::size_t require_choice(const std::string& s, const std::vector<std::string>& options, const char* name) {
+    for (std::size_t i = 0; i < options.size(); ++i)
+        if (s == options[i]) return i;
+    std::ostringstream os;
+    os << name << " = \"" << s << "\" is not one of {";
+    for (std::size_t i = 0; i < options.size(); ++i) os << (i ? ", " : "") << '"' << options[i] << '"';
+    os << "}";
+    throw std::invalid_argument(os.str());
+}
+
+}  // namespace ace_hybrid::checks

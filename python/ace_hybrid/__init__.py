@@ -7,7 +7,24 @@ enumeration of bus-assignment actions and legality masks over tens of thousands 
 from __future__ import annotations
 
 from ace_hybrid._core import build_info
+from ace_hybrid.sampling import (
+    MaskedSample,
+    SamplingGenerator,
+    TopK,
+    masked_argmax,
+    masked_sample,
+    masked_topk,
+)
 
 __version__: str = build_info()["version"]
 
-__all__ = ["__version__", "build_info"]
+__all__ = [
+    "MaskedSample",
+    "SamplingGenerator",
+    "TopK",
+    "__version__",
+    "build_info",
+    "masked_argmax",
+    "masked_sample",
+    "masked_topk",
+]
