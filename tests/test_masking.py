@@ -313,9 +313,9 @@ def test_mask_agrees_with_grid2op_rules_by_area_on_idf_2023() -> None:
         params = rule_parameters(env)
         assert params.sub_area is not None and len(set(params.sub_area.tolist())) > 1
         t0 = time.perf_counter()
-        seen = rollout_and_compare(env, seed=2, n_steps=96, every=12, per_sub=0)
+        seen = rollout_and_compare(env, seed=2, n_steps=72, every=12, per_sub=0)
         print(f"\nidf_2023 (RulesByArea): {seen} in {time.perf_counter() - t0:.1f} s")
-        assert seen["states"] >= 8 and seen["bus_legal"] > 0
+        assert seen["states"] >= 5 and seen["bus_legal"] > 0
     finally:
         env.close()
 
