@@ -77,6 +77,67 @@ void require_in(T x, T lo, T hi, const char* name) {
     }
 }
 
+// Converts obj (array or sequence) to a C-contiguous array of T after requiring an integer dtype (or a boolean one
+// if allow_bool; an empty array may have any numeric dtype) and every value in [lo, hi]: floats, objects and
+// strings are rejected instead of silently truncated, and values are range-checked before any narrowing cast.
+// Copies only when obj is not already a C-contiguous T array. ValueError names the argument and the value.
+template <typename T>
+carray<T> require_integer_array(py::handle obj, const char* name, std::int64_t lo, std::int64_t hi,
+                                bool allow_bool = false) {
+    py::array arr = py::array::ensure(obj);
+    if (!arr) {
+        PyErr_Clear();
+        std::ostringstream os;
+        os << name << " must be an integer array, got an object of type " << py::str(py::type::of(obj)).cast<std::string>();
+        throw std::invalid_argument(os.str());
+    }
+    const char kind = arr.dtype().kind();
+    const bool ok = kind == 'i' || kind == 'u' || (allow_bool && kind == 'b') ||
+                    (arr.size() == 0 && (kind == 'f' || kind == 'b'));
+    if (!ok) {
+        std::ostringstream os;
+        os << name << " must have an integer" << (allow_bool ? " or boolean" : "") << " dtype, got "
+           << py::str(arr.dtype()).cast<std::string>();
+        throw std::invalid_argument(os.str());
+    }
+    auto check_range = [&](const auto* data, py::ssize_t n) {
+        for (py::ssize_t i = 0; i < n; ++i) {
+            const auto v = static_cast<std::int64_t>(data[i]);
+            if (v < lo || v > hi) {
+                std::ostringstream os;
+                os << name << " holds " << v << " at flat index " << i << ", out of range [" << lo << ", " << hi
+                   << "]";
+                throw std::invalid_argument(os.str());
+            }
+        }
+    };
+    if (carray<T>::check_(arr)) {
+        carray<T> same = py::reinterpret_borrow<carray<T>>(arr);
+        check_range(same.data(), same.size());
+        return same;
+    }
+    if (kind == 'u' && arr.itemsize() == 8) {  // uint64: huge values must not wrap to negative int64
+        auto u = py::cast<carray<std::uint64_t>>(arr);
+        for (py::ssize_t i = 0; i < u.size(); ++i) {
+            if (u.data()[i] > static_cast<std::uint64_t>(hi)) {
+                std::ostringstream os;
+                os << name << " holds " << u.data()[i] << " at flat index " << i << ", out of range [" << lo << ", "
+                   << hi << "]";
+                throw std::invalid_argument(os.str());
+            }
+        }
+    }
+    auto wide = py::cast<carray<std::int64_t>>(arr);
+    check_range(wide.data(), wide.size());
+    return py::cast<carray<T>>(wide);
+}
+
+// Copies a checked 1-D array into a std::vector.
+template <typename T, typename A>
+std::vector<T> to_vector(const A& arr) {
+    return std::vector<T>(arr.data(), arr.data() + arr.size());
+}
+
 }  // namespace ace_hybrid::checks
 
 namespace ace_hybrid::checks {

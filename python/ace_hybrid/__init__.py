@@ -7,6 +7,7 @@ enumeration of bus-assignment actions and legality masks over tens of thousands 
 from __future__ import annotations
 
 from ace_hybrid._core import build_info
+from ace_hybrid.masking import LegalityMasker
 from ace_hybrid.sampling import (
     MaskedSample,
     SamplingGenerator,
@@ -15,15 +16,20 @@ from ace_hybrid.sampling import (
     masked_sample,
     masked_topk,
 )
+from ace_hybrid.topology import BusAssignmentSpace, bus_assignments, bus_assignments_from_layout
 
 __version__: str = build_info()["version"]
 
 __all__ = [
+    "BusAssignmentSpace",
+    "LegalityMasker",
     "MaskedSample",
     "SamplingGenerator",
     "TopK",
     "__version__",
     "build_info",
+    "bus_assignments",
+    "bus_assignments_from_layout",
     "masked_argmax",
     "masked_sample",
     "masked_topk",
