@@ -7,7 +7,8 @@ enumeration of bus-assignment actions and legality masks over tens of thousands 
 from __future__ import annotations
 
 from ace_hybrid._core import build_info
+from ace_hybrid.replay import MixedReplayBuffer, ReplayBatch
 
 __version__: str = build_info()["version"]
 
-__all__ = ["__version__", "build_info"]
+__all__ = ["MixedReplayBuffer", "ReplayBatch", "__version__", "build_info"]
