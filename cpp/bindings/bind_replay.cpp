@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string>
 #include <system_error>
+#include <vector>
 
 #include "ace_hybrid/replay.hpp"
 #include "bindings.hpp"
@@ -85,7 +86,10 @@ void check_action(std::int64_t a, std::size_t i) {
 }
 
 struct BatchInputs {
-    carray<float> obs, reward, next_obs, improvement;
+    carray<float> obs;
+    carray<double> reward;  // double in, checked, then narrowed: a float32 overflow is a ValueError, not a cast
+    carray<float> next_obs;
+    carray<double> improvement;
     carray<std::int64_t> action, episode, step;
     carray<bool> done, truncated, valid;
 };
@@ -117,29 +121,47 @@ py::ssize_t check_batch_inputs(BatchInputs& b, std::size_t d, bool llm) {
     return n;
 }
 
-TransitionsIn transitions_of(const BatchInputs& b, std::size_t n, std::size_t d, bool llm) {
+// Finite values that fit float32, narrowed into out.
+void narrow_column(const carray<double>& a, const char* name, std::vector<float>& out) {
+    const double* p = a.data();
+    out.resize(static_cast<std::size_t>(a.size()));
+    for (py::ssize_t i = 0; i < a.size(); ++i) {
+        const float f = static_cast<float>(p[i]);
+        if (!std::isfinite(p[i]) || !std::isfinite(f)) {
+            std::ostringstream os;
+            os << name << "[" << i << "] = " << p[i] << " must be a finite float32 value";
+            throw std::invalid_argument(os.str());
+        }
+        out[static_cast<std::size_t>(i)] = f;
+    }
+}
+
+TransitionsIn transitions_of(const BatchInputs& b, std::size_t n, std::size_t d, bool llm,
+                             std::vector<float>& reward, std::vector<float>& improvement) {
+    narrow_column(b.reward, "reward", reward);
+    if (llm) narrow_column(b.improvement, "improvement", improvement);
     TransitionsIn in;
     in.n = n;
     in.obs_dim = d;
     in.obs = b.obs.data();
     in.action = b.action.data();
-    in.reward = b.reward.data();
+    in.reward = reward.data();
     in.next_obs = b.next_obs.data();
     in.done = b.done.data();
     in.truncated = b.truncated.data();
     in.episode = b.episode.data();
     in.step = b.step.data();
     if (llm) {
-        in.improvement = b.improvement.data();
+        in.improvement = improvement.data();
         in.valid = b.valid.data();
     }
     return in;
 }
 
 py::array_t<std::int64_t> add_batch(MixedReplay& self, bool llm, const carray<float>& obs, const py::array& action,
-                                    const carray<float>& reward, const carray<float>& next_obs, const py::array& done,
+                                    const carray<double>& reward, const carray<float>& next_obs, const py::array& done,
                                     const py::array& truncated, const py::array& episode, const py::array& step,
-                                    const carray<float>& improvement, const py::array& valid) {
+                                    const carray<double>& improvement, const py::array& valid) {
     BatchInputs b{obs,
                   reward,
                   next_obs,
@@ -153,7 +175,8 @@ py::array_t<std::int64_t> add_batch(MixedReplay& self, bool llm, const carray<fl
     const std::size_t d = static_cast<std::size_t>(self.config().obs_dim);
     const py::ssize_t n = check_batch_inputs(b, d, llm);
     py::array_t<std::int64_t> handles(n);
-    const TransitionsIn in = transitions_of(b, static_cast<std::size_t>(n), d, llm);
+    std::vector<float> reward32, improvement32;
+    const TransitionsIn in = transitions_of(b, static_cast<std::size_t>(n), d, llm, reward32, improvement32);
     std::int64_t* out = handles.mutable_data();
     {
         py::gil_scoped_release release;
@@ -258,19 +281,19 @@ Thread-safe for concurrent writer and sampler threads; batched calls release the
            const carray<float>& next_obs, bool done, bool truncated, std::int64_t episode, std::int64_t step) {
             return add_one(self, false, obs, action, reward, next_obs, done, truncated, episode, step, 0.0, false);
         },
-        py::arg("obs"), py::arg("action"), py::arg("reward"), py::arg("next_obs"), py::arg("done"),
-        py::arg("truncated"), py::arg("episode"), py::arg("step"),
+        py::arg("obs"), py::arg("action"), py::arg("reward"), py::arg("next_obs"), py::arg("done").noconvert(),
+        py::arg("truncated").noconvert(), py::arg("episode"), py::arg("step"),
         "Adds one RL transition; returns its handle (int). obs, next_obs: (obs_dim,) float32; action >= 0; "
-        "episode, step in [0, 2^31 - 1]. Continues the stored episode (one new observation slot) when episode "
+        "episode, step in [0, 2^31 - 1]; done, truncated: bool (or numpy.bool_). Continues the stored episode (one new observation slot) when episode "
         "matches, step is the previous step + 1, the previous transition was neither done nor truncated and obs "
         "equals the stored next observation bit for bit; otherwise uses two new slots.");
     cls.def(
         "add_rl_batch",
-        [](MixedReplay& self, const carray<float>& obs, const py::array& action, const carray<float>& reward,
+        [](MixedReplay& self, const carray<float>& obs, const py::array& action, const carray<double>& reward,
            const carray<float>& next_obs, const py::array& done, const py::array& truncated,
            const py::array& episode, const py::array& step) {
             return add_batch(self, false, obs, action, reward, next_obs, done, truncated, episode, step,
-                             carray<float>(0), py::array());
+                             carray<double>(0), py::array());
         },
         py::arg("obs"), py::arg("action"), py::arg("reward"), py::arg("next_obs"), py::arg("done"),
         py::arg("truncated"), py::arg("episode"), py::arg("step"),
@@ -285,16 +308,17 @@ Thread-safe for concurrent writer and sampler threads; batched calls release the
             return add_one(self, true, obs, action, reward, next_obs, done, truncated, episode, step, improvement,
                            valid);
         },
-        py::arg("obs"), py::arg("action"), py::arg("reward"), py::arg("next_obs"), py::arg("done"),
-        py::arg("truncated"), py::arg("episode"), py::arg("step"), py::arg("improvement"), py::arg("valid"),
+        py::arg("obs"), py::arg("action"), py::arg("reward"), py::arg("next_obs"), py::arg("done").noconvert(),
+        py::arg("truncated").noconvert(), py::arg("episode"), py::arg("step"), py::arg("improvement"),
+        py::arg("valid").noconvert(),
         "Adds one LLM-refined transition with its improvement r_hat - r and validation flag I_v; returns its "
         "handle. Sampled with weight valid * exp(clip(improvement / tau, -60, 60)); invalid items are never "
         "sampled.");
     cls.def(
         "add_llm_batch",
-        [](MixedReplay& self, const carray<float>& obs, const py::array& action, const carray<float>& reward,
+        [](MixedReplay& self, const carray<float>& obs, const py::array& action, const carray<double>& reward,
            const carray<float>& next_obs, const py::array& done, const py::array& truncated,
-           const py::array& episode, const py::array& step, const carray<float>& improvement,
+           const py::array& episode, const py::array& step, const carray<double>& improvement,
            const py::array& valid) {
             return add_batch(self, true, obs, action, reward, next_obs, done, truncated, episode, step, improvement,
                              valid);
