@@ -109,23 +109,27 @@ class ReferenceReplay:
         if self.prev is not None:
             pe, ps, pd, pt = self.prev
             pending = self.rl_slots[(self.rl_written - 1) % self.rl_capacity][1]
-            cont = pe == episode and step == ps + 1 and not pd and not pt and pending.tobytes() == obs.tobytes()
+            same_obs = pending.tobytes() == obs.tobytes()
+            cont = pe == episode and step == ps + 1 and not pd and not pt and same_obs
         if not cont:
             self._write_obs(obs)
         head = self.rl_written - 1
         r = float(np.float32(reward))
-        self.rl_items[head] = [Item(obs, next_obs, action, r, r, bool(done), bool(truncated), episode, step), p]
+        item = Item(obs, next_obs, action, r, r, bool(done), bool(truncated), episode, step)
+        self.rl_items[head] = [item, p]
         self._write_obs(next_obs)
         self.prev = (episode, step, bool(done), bool(truncated))
         return head << 1
 
-    def add_llm(self, obs, action, reward, next_obs, done, truncated, episode, step, improvement, valid) -> int:
+    def add_llm(
+        self, obs, action, reward, next_obs, done, truncated, episode, step, improvement, valid
+    ) -> int:
         pos = self.llm_written
         self.llm_items.pop(pos - self.llm_capacity, None)
         r = float(np.float32(reward))
         self.llm_items[pos] = Item(
-            np.asarray(obs, np.float32).copy(), np.asarray(next_obs, np.float32).copy(), action, r, r, bool(done),
-            bool(truncated), episode, step, float(np.float32(improvement)), bool(valid),
+            np.asarray(obs, np.float32).copy(), np.asarray(next_obs, np.float32).copy(), action, r, r,
+            bool(done), bool(truncated), episode, step, float(np.float32(improvement)), bool(valid),
         )
         self.llm_written += 1
         return (pos << 1) | 1
@@ -146,7 +150,10 @@ class ReferenceReplay:
         live = {p: it for p, it in self.llm_items.items() if p >= first}
         pos = np.array(sorted(live, key=lambda p: p % self.llm_capacity), dtype=np.int64)
         w = np.array(
-            [math.exp(min(60.0, max(-60.0, live[p].improvement / self.tau))) if live[p].valid else 0.0 for p in pos],
+            [
+                math.exp(min(60.0, max(-60.0, live[p].improvement / self.tau))) if live[p].valid else 0.0
+                for p in pos
+            ],
             dtype=np.float64,
         )
         return pos, w

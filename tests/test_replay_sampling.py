@@ -1,4 +1,4 @@
-"""Sampling distribution, Eq. 8, importance weights, batch split, determinism and parity with the reference."""
+"""Sampling distribution, Eq. 8, importance weights, batch split, determinism, parity with a reference."""
 
 from __future__ import annotations
 

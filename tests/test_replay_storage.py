@@ -1,4 +1,4 @@
-"""Storage: next-observation pairing, stale handles, reward shaping, tree invariants, memory per transition."""
+"""Storage: next-observation pairing, stale handles, reward shaping, tree invariants, memory use."""
 
 from __future__ import annotations
 
@@ -29,7 +29,9 @@ segment = st.tuples(
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(capacity=st.integers(3, 40), segments=st.lists(segment, min_size=1, max_size=12), seed=st.integers(0, 99))
+@given(
+    capacity=st.integers(3, 40), segments=st.lists(segment, min_size=1, max_size=12), seed=st.integers(0, 99)
+)
 def test_every_transition_gets_back_the_next_obs_it_was_given(capacity, segments, seed):
     buf = MixedReplayBuffer(D, capacity, 2, seed=seed)
     given_pairs: dict[int, tuple[np.ndarray, np.ndarray, bool, bool]] = {}
@@ -38,7 +40,8 @@ def test_every_transition_gets_back_the_next_obs_it_was_given(capacity, segments
         episode += delta
         step += gap
         for t in range(length):
-            obs = pending if (pending is not None and t == 0 and not reset and gap == 0) else obs_of(episode, step, 0.25)
+            reuse = pending is not None and t == 0 and not reset and gap == 0
+            obs = pending if reuse else obs_of(episode, step, 0.25)
             nxt = obs_of(episode, step + 1, float(t))
             last = t == length - 1
             done, trunc = last and end == "done", last and end == "truncated"
@@ -181,7 +184,8 @@ def test_trees_stay_consistent_under_random_add_and_update_streams(capacity, llm
         elif op[0] == "llm":
             issued.append(buf.add_llm(obs_of(0, 0), 0, 0.0, obs_of(0, 1), False, False, 0, 0, op[1], op[2]))
         elif issued:
-            pick = np.array([issued[i % len(issued)] for i in op[1]], np.int64)  # duplicates and stale handles
+            # Duplicates and stale handles included.
+            pick = np.array([issued[i % len(issued)] for i in op[1]], np.int64)
             buf.update_priorities(pick, np.array(op[2][: len(pick)]))
     assert buf.check_invariants() == ""
     snap = buf._tree_snapshot()

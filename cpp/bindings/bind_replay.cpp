@@ -284,7 +284,8 @@ Thread-safe for concurrent writer and sampler threads; batched calls release the
         py::arg("obs"), py::arg("action"), py::arg("reward"), py::arg("next_obs"), py::arg("done").noconvert(),
         py::arg("truncated").noconvert(), py::arg("episode"), py::arg("step"),
         "Adds one RL transition; returns its handle (int). obs, next_obs: (obs_dim,) float32; action >= 0; "
-        "episode, step in [0, 2^31 - 1]; done, truncated: bool (or numpy.bool_). Continues the stored episode (one new observation slot) when episode "
+        "episode, step in [0, 2^31 - 1]; done, truncated: bool (or numpy.bool_). Continues the stored episode "
+        "(one new observation slot) when episode "
         "matches, step is the previous step + 1, the previous transition was neither done nor truncated and obs "
         "equals the stored next observation bit for bit; otherwise uses two new slots.");
     cls.def(

@@ -1,18 +1,19 @@
 """Mixed prioritised replay for ACE (arXiv 2506.02522, Eq. 8), backed by the C++ core.
 
 A batch of size B takes ``round((1 - beta) B)`` transitions (``floor(x + 0.5)``) from the RL partition by
-proportional prioritised replay (Schaul et al., 2016: probability proportional to ``priority ** alpha``; new
-transitions get the current maximum priority) and the rest from the LLM partition with probability proportional to
-``I_v * exp((r_hat - r) / tau)``. Each batch carries importance-sampling weights ``(N q_i) ** -w`` normalised by
-their maximum over the batch, where ``q_i`` is the probability that one draw of this batch picks item ``i`` and
-``N = len(buffer)``.
+proportional prioritised replay (Schaul et al., 2016: probability proportional to ``priority ** alpha``;
+new transitions get the current maximum priority) and the rest from the LLM partition with probability
+proportional to ``I_v * exp((r_hat - r) / tau)``. Each batch carries importance-sampling weights
+``(N q_i) ** -w`` normalised by their maximum over the batch, where ``q_i`` is the probability that one draw
+of this batch picks item ``i`` and ``N = len(buffer)``.
 
 Items are named by int64 handles ``(write position << 1) | partition`` (0 RL, 1 LLM). A handle whose slot has
 been overwritten since it was issued is stale: :meth:`MixedReplayBuffer.update_priorities` and
 :meth:`MixedReplayBuffer.update_rewards` skip it and return how many handles they applied.
 
-The buffer is safe to use from one actor thread (adding) and one learner thread (sampling, updating) at the same
-time; batched calls release the GIL. See ``cpp/include/ace_hybrid/replay.hpp`` for the storage layout.
+The buffer is safe to use from one actor thread (adding) and one learner thread (sampling, updating) at
+the same time; batched calls release the GIL. See ``cpp/include/ace_hybrid/replay.hpp`` for the storage
+layout.
 """
 
 from __future__ import annotations
@@ -92,10 +93,11 @@ class MixedReplayBuffer(_core.MixedReplay):
 
     Notes
     -----
-    ``add_rl``, ``add_rl_batch``, ``add_llm``, ``add_llm_batch``, ``update_priorities`` and ``update_rewards`` are
-    the compiled methods themselves (no Python layer: they are on the hot path); see their docstrings.
-    ``add_rl(obs, action, reward, next_obs, done, truncated, episode, step) -> int`` continues the stored episode
-    when ``obs`` equals its stored next observation and ``step`` follows; episode and step are stored as int32.
+    ``add_rl``, ``add_rl_batch``, ``add_llm``, ``add_llm_batch``, ``update_priorities`` and
+    ``update_rewards`` are the compiled methods themselves (no Python layer: they are on the hot path); see
+    their docstrings. ``add_rl(obs, action, reward, next_obs, done, truncated, episode, step) -> int``
+    continues the stored episode when ``obs`` equals its stored next observation and ``step`` follows;
+    episode and step are stored as int32.
     """
 
     def __init__(
@@ -171,7 +173,8 @@ class MixedReplayBuffer(_core.MixedReplay):
         Raises
         ------
         ValueError
-            Naming the file and the problem, for a truncated or corrupted file, a wrong magic string or version.
+            Naming the file and the problem, for a truncated or corrupted file, a wrong magic string or
+            version.
         OSError
             If the file cannot be opened or read.
         """

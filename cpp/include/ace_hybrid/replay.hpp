@@ -99,8 +99,9 @@ inline void validate_config(const ReplayConfig& c) {
         os << "llm_capacity = " << c.llm_capacity << " out of range [1, " << kMaxCapacity << "]";
         fail(os.str());
     }
-    const long double bytes = 4.0L * static_cast<long double>(c.obs_dim) *
-                              (static_cast<long double>(c.rl_capacity) + 2.0L * static_cast<long double>(c.llm_capacity));
+    const long double slots =
+        static_cast<long double>(c.rl_capacity) + 2.0L * static_cast<long double>(c.llm_capacity);
+    const long double bytes = 4.0L * static_cast<long double>(c.obs_dim) * slots;
     if (bytes > static_cast<long double>(kMaxObsBytes)) {
         os << "observation storage 4 * obs_dim * (rl_capacity + 2 * llm_capacity) = " << static_cast<double>(bytes)
            << " bytes exceeds the limit of " << kMaxObsBytes << " bytes";
@@ -850,10 +851,12 @@ private:
         const auto ep = static_cast<std::int32_t>(in.episode[i]);
         const auto step = static_cast<std::int32_t>(in.step[i]);
         const float p = new_priority();
-        const bool continues =
-            rl.has_prev && rl.prev_episode == ep && static_cast<std::int64_t>(rl.prev_step) + 1 == step &&
-            !(rl.prev_flags & (kDone | kTruncated)) &&
-            std::memcmp(o, rl.obs.data() + static_cast<std::size_t>((rl.written - 1) % cap) * d, d * sizeof(float)) == 0;
+        const float* pending = rl.has_prev ? rl.obs.data() + static_cast<std::size_t>((rl.written - 1) % cap) * d
+                                           : nullptr;
+        const bool continues = pending && rl.prev_episode == ep &&
+                               static_cast<std::int64_t>(rl.prev_step) + 1 == step &&
+                               !(rl.prev_flags & (kDone | kTruncated)) &&
+                               std::memcmp(o, pending, d * sizeof(float)) == 0;
         if (!continues) write_rl_obs(o);
         const std::uint64_t head = rl.written - 1;
         const std::size_t s = static_cast<std::size_t>(head % cap);
@@ -890,7 +893,8 @@ private:
         lm.flags[s] = static_cast<std::uint8_t>((in.done[i] ? kDone : 0) | (in.truncated[i] ? kTruncated : 0) |
                                                 (valid ? kValid : 0));
         if (valid) ++lm.valid_count;
-        const double x = std::clamp(static_cast<double>(in.improvement[i]) / st_.cfg.tau, -kExponentClip, kExponentClip);
+        const double x =
+            std::clamp(static_cast<double>(in.improvement[i]) / st_.cfg.tau, -kExponentClip, kExponentClip);
         lm.sum.set(s, valid ? std::exp(x) : 0.0);
         ++lm.written;
         return static_cast<std::int64_t>((pos << 1) | 1);
