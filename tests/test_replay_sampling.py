@@ -292,3 +292,21 @@ def test_parity_with_the_numpy_reference(seed):
         assert len(buf) == len(model)
         assert buf.max_priority == pytest.approx(model.max_priority(), rel=1e-6)
     assert buf.check_invariants() == ""
+
+
+def test_kept_batches_are_never_overwritten_by_later_samples():
+    """Output blocks are recycled only once every array of a batch is gone."""
+    buf = MixedReplayBuffer(D, 64, 16, seed=5)
+    fill_mixed(buf, 2)
+    kept = [buf.sample(48) for _ in range(3)]
+    copies = [[np.copy(col) for col in batch] for batch in kept]
+    obs_only = buf.sample(48).obs  # the rest of this batch is freed at once
+    obs_copy = obs_only.copy()
+    for _ in range(30):
+        buf.sample(48)
+        buf.get(buf.rl_columns()["index"][:5])
+    for batch, copy in zip(kept, copies):
+        for col, ref_col in zip(batch, copy):
+            np.testing.assert_array_equal(col, ref_col)
+    np.testing.assert_array_equal(obs_only, obs_copy)
+    assert all(col.flags.c_contiguous and col.flags.writeable for col in kept[0])
