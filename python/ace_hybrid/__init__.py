@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ace_hybrid._core import build_info
 from ace_hybrid.masking import LegalityMasker
+from ace_hybrid.replay import MixedReplayBuffer, ReplayBatch
 from ace_hybrid.sampling import (
     MaskedSample,
     SamplingGenerator,
@@ -24,6 +25,8 @@ __all__ = [
     "BusAssignmentSpace",
     "LegalityMasker",
     "MaskedSample",
+    "MixedReplayBuffer",
+    "ReplayBatch",
     "SamplingGenerator",
     "TopK",
     "__version__",
