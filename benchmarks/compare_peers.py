@@ -314,22 +314,32 @@ def _measure_group(
         a = im.adapter
         assert a is not None
         for op, _, _ in OPS:
-            c = calls_for(a, op)
-            if c is not None:
-                counts[a.name, op] = calibrate(c[0], c[1], target, max_calls=2_000_000)
+            try:
+                c = calls_for(a, op)
+                if c is not None:
+                    counts[a.name, op] = calibrate(c[0], c[1], target, max_calls=2_000_000)
+            except Exception as exc:  # an implementation that breaks is reported, not dropped
+                im.reason = f"{op} failed: {peers.first_line(exc)}"
+                break
+    live = [im for im in live if im.reason is None]
     for r in range(cfg.rounds):
-        shift = r % len(live)
-        order = live[shift:] + live[:shift]
+        order = live[r % len(live) :] + live[: r % len(live)] if live else []
         for op, _, per_call in OPS:
             for im in order:
                 a = im.adapter
                 assert a is not None
-                c = calls_for(a, op)
-                if c is None:
+                if im.reason is not None:
                     continue
-                n = counts[a.name, op]
-                rates[a.name][op].append(n * per_call / time_block(c[0], c[1], n))
-    return rates
+                try:
+                    c = calls_for(a, op)
+                    if c is None:
+                        continue
+                    n = counts[a.name, op]
+                    rates[a.name][op].append(n * per_call / time_block(c[0], c[1], n))
+                except Exception as exc:
+                    im.reason = f"{op} failed: {peers.first_line(exc)}"
+    ok = {im.cls.name for im in impls if im.reason is None}
+    return {name: ops for name, ops in rates.items() if name in ok}
 
 
 def _measure_size(obs_dim: int, capacity: int, cfg: RunConfig, reasons: dict[str, str | None]) -> dict[str, Any]:

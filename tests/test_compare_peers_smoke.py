@@ -189,3 +189,22 @@ def test_adapter_runs_every_prepared_call(cls: type) -> None:
         assert 0.95 * cap <= len(a) <= cap
         per, how = a.storage_bytes()
     assert per >= 2 * 4 * d * (0.5 if cls.name == "ace" else 1.0) and how
+
+
+def test_implementation_failing_mid_run_is_reported_not_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken_train_step(self: object, batch_size: int, priority: np.ndarray) -> tuple:
+        def step() -> None:
+            raise RuntimeError("boom")
+
+        return step, [((), {})]
+
+    monkeypatch.setattr(peers.NumpyRing, "train_step_calls", broken_train_step)
+    others = frozenset(c.name for c in peers.ADAPTERS if c.name != "numpy")
+    cfg = cp.RunConfig(
+        rounds=1, sizes="small", seed=0, disabled=others, block_seconds=0.001, torch_threads=1, pairwise="never"
+    )
+    report = cp.replay_section(cfg)
+    numpy_col = report.header.index(peers.NumpyRing.title)
+    assert len(report.rows) == len(cp.SMALL_SIZES) * (len(cp.OPS) + len(cp.BYTES_ROWS))
+    for row in report.rows:
+        assert row[numpy_col] == "unavailable (train failed: RuntimeError: boom)"
