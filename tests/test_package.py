@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -51,6 +52,7 @@ def test_stub_matches_the_compiled_module(tmp_path: Path) -> None:
         [sys.executable, "-m", "pybind11_stubgen", "ace_hybrid._core", "-o", str(tmp_path),
          "--numpy-array-use-type-var"],
         check=True, capture_output=True, cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(STUB.parents[1])},  # the ace_hybrid under test, wherever it is
     )
     generated = (tmp_path / "ace_hybrid" / "_core.pyi").read_text()
     body = "\n".join(line for line in shipped.splitlines() if not line.startswith("# generated with pybind11"))

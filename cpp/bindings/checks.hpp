@@ -77,4 +77,177 @@ void require_in(T x, T lo, T hi, const char* name) {
     }
 }
 
+// Converts obj (array or sequence) to a C-contiguous array of T after requiring an integer dtype (or a boolean one
+// if allow_bool; an empty array may have any numeric dtype) and every value in [lo, hi]: floats, objects and
+// strings are rejected instead of silently truncated, and values are range-checked before any narrowing cast.
+// Copies only when obj is not already a C-contiguous T array. ValueError names the argument and the value.
+template <typename T>
+carray<T> require_integer_array(py::handle obj, const char* name, std::int64_t lo, std::int64_t hi,
+                                bool allow_bool = false) {
+    py::array arr = py::array::ensure(obj);
+    if (!arr) {
+        PyErr_Clear();
+        std::ostringstream os;
+        os << name << " must be an integer array, got an object of type " << py::str(py::type::of(obj)).cast<std::string>();
+        throw std::invalid_argument(os.str());
+    }
+    const char kind = arr.dtype().kind();
+    const bool ok = kind == 'i' || kind == 'u' || (allow_bool && kind == 'b') ||
+                    (arr.size() == 0 && (kind == 'f' || kind == 'b'));
+    if (!ok) {
+        std::ostringstream os;
+        os << name << " must have an integer" << (allow_bool ? " or boolean" : "") << " dtype, got "
+           << py::str(arr.dtype()).cast<std::string>();
+        throw std::invalid_argument(os.str());
+    }
+    auto check_range = [&](const auto* data, py::ssize_t n) {
+        for (py::ssize_t i = 0; i < n; ++i) {
+            const auto v = static_cast<std::int64_t>(data[i]);
+            if (v < lo || v > hi) {
+                std::ostringstream os;
+                os << name << " holds " << v << " at flat index " << i << ", out of range [" << lo << ", " << hi
+                   << "]";
+                throw std::invalid_argument(os.str());
+            }
+        }
+    };
+    if (carray<T>::check_(arr)) {
+        carray<T> same = py::reinterpret_borrow<carray<T>>(arr);
+        check_range(same.data(), same.size());
+        return same;
+    }
+    if (kind == 'u' && arr.itemsize() == 8) {  // uint64: huge values must not wrap to negative int64
+        auto u = py::cast<carray<std::uint64_t>>(arr);
+        for (py::ssize_t i = 0; i < u.size(); ++i) {
+            if (u.data()[i] > static_cast<std::uint64_t>(hi)) {
+                std::ostringstream os;
+                os << name << " holds " << u.data()[i] << " at flat index " << i << ", out of range [" << lo << ", "
+                   << hi << "]";
+                throw std::invalid_argument(os.str());
+            }
+        }
+    }
+    auto wide = py::cast<carray<std::int64_t>>(arr);
+    check_range(wide.data(), wide.size());
+    return py::cast<carray<T>>(wide);
+}
+
+// Copies a checked 1-D array into a std::vector.
+template <typename T, typename A>
+std::vector<T> to_vector(const A& arr) {
+    return std::vector<T>(arr.data(), arr.data() + arr.size());
+}
+
+}  // namespace ace_hybrid::checks
+
+namespace ace_hybrid::checks {
+
+// dtype name as numpy prints it ("float32", "bool", ">f4" shows as "float32" with byte order elided).
+inline std::string dtype_str(const py::array& a) { return py::str(a.dtype()).cast<std::string>(); }
+
+// Requires a floating dtype of exactly `itemsize` bytes (any byte order); ValueError naming the dtype otherwise.
+inline void require_float_dtype(const py::array& a, const char* name, py::ssize_t itemsize) {
+    if (a.dtype().kind() != 'f' || a.dtype().itemsize() != itemsize) {
+        std::ostringstream os;
+        os << name << " must have dtype float" << 8 * itemsize << ", got " << dtype_str(a);
+        throw std::invalid_argument(os.str());
+    }
+}
+
+// Requires dtype bool or uint8 (a byte mask: nonzero = true); ValueError naming the dtype otherwise.
+inline void require_byte_mask_dtype(const py::array& a, const char* name) {
+    const char kind = a.dtype().kind();
+    if (!((kind == 'b' || kind == 'u') && a.dtype().itemsize() == 1)) {
+        std::ostringstream os;
+        os << name << " must have dtype bool or uint8, got " << dtype_str(a);
+        throw std::invalid_argument(os.str());
+    }
+}
+
+// Requires a Python integer (or anything with __index__) in [0, 2^64); returns it. TypeError for a non-integer,
+// ValueError naming the value and the range otherwise.
+inline std::uint64_t require_uint64(py::handle h, const char* name) {
+    py::object idx = py::reinterpret_steal<py::object>(PyNumber_Index(h.ptr()));
+    if (!idx) {
+        PyErr_Clear();
+        throw py::type_error(std::string(name) + " must be an integer, got " +
+                             py::str(py::type::handle_of(h).attr("__name__")).cast<std::string>());
+    }
+    const unsigned long long v = PyLong_AsUnsignedLongLong(idx.ptr());
+    if (v == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
+        PyErr_Clear();
+        std::ostringstream os;
+        os << name << " = " << py::str(idx).cast<std::string>() << " out of range [0, 18446744073709551615]";
+        throw std::invalid_argument(os.str());
+    }
+    return static_cast<std::uint64_t>(v);
+}
+
+// Requires `s` to be one of `options`; ValueError listing them otherwise. Returns the position in `options`.
+inline std::size_t require_choice(const std::string& s, const std::vector<std::string>& options, const char* name) {
+    for (std::size_t i = 0; i < options.size(); ++i)
+        if (s == options[i]) return i;
+    std::ostringstream os;
+    os << name << " = \"" << s << "\" is not one of {";
+    for (std::size_t i = 0; i < options.size(); ++i) os << (i ? ", " : "") << '"' << options[i] << '"';
+    os << "}";
+    throw std::invalid_argument(os.str());
+}
+
+}  // namespace ace_hybrid::checks
+
+namespace ace_hybrid::checks {
+
+// An integer array (numpy kind 'i' or 'u'; floats are refused rather than silently truncated), converted to a
+// C-contiguous int64 array. TypeError (py::type_error) for any other dtype.
+inline carray<std::int64_t> require_int_array(const py::array& a, const char* name) {
+    const char kind = a.dtype().kind();
+    if (kind != 'i' && kind != 'u') {
+        std::ostringstream os;
+        os << name << " must be an integer array, got dtype " << py::str(a.dtype()).cast<std::string>();
+        throw py::type_error(os.str());
+    }
+    return carray<std::int64_t>::ensure(a);
+}
+
+// A boolean array (numpy kind 'b', or an integer array holding only 0 and 1), converted to C-contiguous bool.
+inline carray<bool> require_bool_array(const py::array& a, const char* name) {
+    const char kind = a.dtype().kind();
+    if (kind == 'b') return carray<bool>::ensure(a);
+    if (kind != 'i' && kind != 'u') {
+        std::ostringstream os;
+        os << name << " must be a boolean array, got dtype " << py::str(a.dtype()).cast<std::string>();
+        throw py::type_error(os.str());
+    }
+    auto ints = carray<std::int64_t>::ensure(a);
+    const std::int64_t* p = ints.data();
+    for (py::ssize_t i = 0; i < ints.size(); ++i) {
+        if (p[i] != 0 && p[i] != 1) {
+            std::ostringstream os;
+            os << name << "[" << i << "] = " << p[i] << " is not a boolean (0 or 1)";
+            throw std::invalid_argument(os.str());
+        }
+    }
+    return carray<bool>::ensure(a);
+}
+
+// A Python int in [0, 2^64), as uint64; ValueError naming the argument otherwise, TypeError if not an int.
+inline std::uint64_t require_u64(const py::handle& obj, const char* name) {
+    if (!PyLong_Check(obj.ptr()) && !PyIndex_Check(obj.ptr())) {
+        std::ostringstream os;
+        os << name << " must be an int, got " << py::str(py::type::of(obj)).cast<std::string>();
+        throw py::type_error(os.str());
+    }
+    py::int_ v = py::reinterpret_steal<py::int_>(PyNumber_Index(obj.ptr()));
+    if (!v) throw py::error_already_set();
+    const unsigned long long x = PyLong_AsUnsignedLongLong(v.ptr());
+    if (x == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
+        PyErr_Clear();
+        std::ostringstream os;
+        os << name << " = " << py::str(v).cast<std::string>() << " out of range [0, 2^64)";
+        throw std::invalid_argument(os.str());
+    }
+    return static_cast<std::uint64_t>(x);
+}
+
 }  // namespace ace_hybrid::checks

@@ -7,7 +7,33 @@ enumeration of bus-assignment actions and legality masks over tens of thousands 
 from __future__ import annotations
 
 from ace_hybrid._core import build_info
+from ace_hybrid.masking import LegalityMasker
+from ace_hybrid.replay import MixedReplayBuffer, ReplayBatch
+from ace_hybrid.sampling import (
+    MaskedSample,
+    SamplingGenerator,
+    TopK,
+    masked_argmax,
+    masked_sample,
+    masked_topk,
+)
+from ace_hybrid.topology import BusAssignmentSpace, bus_assignments, bus_assignments_from_layout
 
 __version__: str = build_info()["version"]
 
-__all__ = ["__version__", "build_info"]
+__all__ = [
+    "BusAssignmentSpace",
+    "LegalityMasker",
+    "MaskedSample",
+    "MixedReplayBuffer",
+    "ReplayBatch",
+    "SamplingGenerator",
+    "TopK",
+    "__version__",
+    "build_info",
+    "bus_assignments",
+    "bus_assignments_from_layout",
+    "masked_argmax",
+    "masked_sample",
+    "masked_topk",
+]

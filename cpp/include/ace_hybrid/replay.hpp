@@ -1,0 +1,946 @@
+// Mixed prioritised replay for ACE (arXiv 2506.02522, Eq. 8): an RL partition sampled by proportional
+// prioritised replay and an LLM partition of refined transitions sampled with probability proportional to
+// I_v * exp((r_hat - r) / tau).
+//
+// Handles. Every stored item gets one int64 handle = (absolute write position << 1) | partition (0 RL, 1 LLM).
+// slot = position % capacity and generation = position / capacity. Both partitions are FIFO rings written in
+// order, so an item is live iff position >= positions_written - capacity (and, for RL, its slot is a transition
+// head). A handle whose slot was overwritten since it was issued is "stale": priority and reward updates skip it.
+//
+// RL partition layout (the memory-efficient DQN trick: each observation is stored once):
+//
+//   slot:     k-1          k                 k+1             k+2
+//          [ s_t  | a_t ] [ s_t+1 | a_t+1 ] [ s_t+2 | -- ]  [ s'_0 | a'_0 ] ...
+//            head          head               pending/terminal next obs (not sampleable)
+//
+//   A transition lives in the slot holding its observation (its "head") and its next observation is ALWAYS the
+//   observation in slot k+1 (mod C). add_rl continues the previous transition when it has the same episode,
+//   step == previous step + 1, the previous one was neither done nor truncated, and obs is bit-equal (memcmp) to
+//   the stored pending next observation: then the transition's fields go into the pending slot and only next_obs
+//   is written (one new slot). Otherwise obs goes to a fresh slot and next_obs to the one after (two new slots).
+//   Overwriting a slot kills the transition that lived there (its priority becomes 0). A live head at position p
+//   has its next observation at p + 1 < positions_written, which cannot have been overwritten while p is live, so
+//   no sampled transition is ever paired with a wrong or overwritten next observation. Memory: (1 + 1/L) slots
+//   per transition for episodes of length L; a slot costs 4 D bytes of observation plus 37.8 bytes (action 8,
+//   reward 4, original reward 4, episode 4, step 4, flags 1, sum-tree leaf 8 + 0.53 internal, priority 4 + 0.27
+//   max-tree internal). Episode ids and step indices are stored as int32 and must lie in [0, 2^31 - 1].
+//
+// LLM partition: a plain ring with its own next_obs column (refined transitions arrive out of order), the
+//   improvement r_hat - r (float32) and the validation flag I_v. Its sampling weight is
+//   I_v * exp(clip((r_hat - r) / tau, -60, 60)): the clip keeps every weight in [e^-60, e^60] so a sum of up to
+//   2^40 of them stays finite in double precision; items with I_v = 0 are never sampled.
+//
+// Priorities (RL only). The sum-tree leaf of a live head is priority^alpha (alpha = 0 gives 1 for every live
+// transition, i.e. uniform sampling, whatever its priority; pow(0, alpha > 0) = 0 means never sampled). Priorities
+// are stored as float32 (the max structure's leaves); the leaf is computed from that float32 value. New
+// transitions get the current maximum priority over live transitions (a max tree, so it decreases when the top
+// items are lowered or overwritten), or 1.0 when no live transition has a positive priority.
+//
+// Sampling a batch of B. n_rl = floor((1 - beta) B + 0.5) draws from RL, B - n_rl from LLM, each by stratified
+// sampling (n strata of the partition's total, one uniform per stratum). A partition is "usable" for its share
+// when its sum is positive and it holds at least as many sampleable items as its share; if only one is usable
+// it supplies the whole batch; if neither is, each nonempty partition keeps its nominal share (or the only
+// nonempty one supplies everything). RL rows come first, then LLM rows. With q_i = (n_part / B) * leaf_i /
+// total_part the probability that one draw picks item i, and N = size() (live RL transitions + valid live LLM
+// items), the importance weight is (N q_i)^-w / max_j (N q_j)^-w, normalised by the maximum over THIS batch
+// (N cancels in the normalisation; it is kept in the formula for clarity).
+//
+// Thread safety: every public method takes one internal std::mutex, so one writer thread (the actor adding
+// transitions) and one or more sampler threads (the learner) may call concurrently. Methods never call back into
+// anything that could take another lock. Costs below are per call with the lock held.
+#pragma once
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "replay_io.hpp"
+#include "rng.hpp"
+#include "sum_tree.hpp"
+
+namespace ace_hybrid {
+
+struct ReplayConfig {
+    std::uint64_t obs_dim = 1;
+    std::uint64_t rl_capacity = 3;
+    std::uint64_t llm_capacity = 1;
+    double alpha = 0.6;  // priority exponent, [0, 1]
+    double beta = 0.25;  // LLM fraction of a batch, [0, 1]
+    double tau = 1.0;    // Eq. 8 temperature, [1e-6, 1e6]
+};
+
+// Size limits, checked by the constructor and by load().
+constexpr std::uint64_t kMaxObsDim = 1ULL << 24;
+constexpr std::uint64_t kMaxCapacity = 1ULL << 40;
+constexpr std::uint64_t kMaxObsBytes = 1ULL << 40;  // 4 * obs_dim * (rl_capacity + 2 * llm_capacity)
+constexpr std::uint64_t kMaxBatch = 1ULL << 20;
+constexpr std::int64_t kMaxEpisodeOrStep = std::numeric_limits<std::int32_t>::max();
+constexpr double kExponentClip = 60.0;
+
+inline void validate_config(const ReplayConfig& c) {
+    auto fail = [](const std::string& s) { throw std::invalid_argument(s); };
+    std::ostringstream os;
+    if (c.obs_dim < 1 || c.obs_dim > kMaxObsDim) {
+        os << "obs_dim = " << c.obs_dim << " out of range [1, " << kMaxObsDim << "]";
+        fail(os.str());
+    }
+    if (c.rl_capacity < 3 || c.rl_capacity > kMaxCapacity) {
+        os << "rl_capacity = " << c.rl_capacity << " out of range [3, " << kMaxCapacity << "]";
+        fail(os.str());
+    }
+    if (c.llm_capacity < 1 || c.llm_capacity > kMaxCapacity) {
+        os << "llm_capacity = " << c.llm_capacity << " out of range [1, " << kMaxCapacity << "]";
+        fail(os.str());
+    }
+    const long double slots =
+        static_cast<long double>(c.rl_capacity) + 2.0L * static_cast<long double>(c.llm_capacity);
+    const long double bytes = 4.0L * static_cast<long double>(c.obs_dim) * slots;
+    if (bytes > static_cast<long double>(kMaxObsBytes)) {
+        os << "observation storage 4 * obs_dim * (rl_capacity + 2 * llm_capacity) = " << static_cast<double>(bytes)
+           << " bytes exceeds the limit of " << kMaxObsBytes << " bytes";
+        fail(os.str());
+    }
+    if (!(c.alpha >= 0.0 && c.alpha <= 1.0)) {
+        os << "alpha = " << c.alpha << " out of range [0, 1]";
+        fail(os.str());
+    }
+    if (!(c.beta >= 0.0 && c.beta <= 1.0)) {
+        os << "beta = " << c.beta << " out of range [0, 1]";
+        fail(os.str());
+    }
+    if (!(c.tau >= 1e-6 && c.tau <= 1e6)) {
+        os << "tau = " << c.tau << " out of range [1e-06, 1e+06]";
+        fail(os.str());
+    }
+}
+
+// n transitions, row-major (n, obs_dim) observations. improvement / valid are read by add_llm only.
+struct TransitionsIn {
+    std::size_t n = 0;
+    std::size_t obs_dim = 0;  // the row length the caller laid out; must equal the buffer's obs_dim
+
+    const float* obs = nullptr;
+    const std::int64_t* action = nullptr;
+    const float* reward = nullptr;
+    const float* next_obs = nullptr;
+    const bool* done = nullptr;
+    const bool* truncated = nullptr;
+    const std::int64_t* episode = nullptr;
+    const std::int64_t* step = nullptr;
+    const float* improvement = nullptr;
+    const bool* valid = nullptr;
+};
+
+// Output columns for sample() / get(), each with room for the batch (obs/next_obs: batch * obs_dim floats).
+struct BatchOut {
+    std::size_t obs_dim;  // the row length the caller allocated; must equal the buffer's obs_dim
+    float* obs;
+    std::int64_t* action;
+    float* reward;
+    float* next_obs;
+    bool* done;
+    bool* truncated;
+    float* weight;
+    std::int64_t* index;
+    bool* from_llm;
+    float* original_reward;
+    std::int64_t* episode;
+    std::int64_t* step;
+    float* improvement;
+    bool* valid;
+};
+
+// Live RL transitions in write order (oldest first), for the LLM critic to group trajectories.
+struct RlColumns {
+    std::vector<std::int64_t> index, episode, step, action;
+    std::vector<float> reward, original_reward;
+    std::vector<bool> done, truncated;
+};
+
+class MixedReplay {
+public:
+    static constexpr std::uint8_t kDone = 1, kTruncated = 2, kHead = 4, kValid = 8;
+    static constexpr std::uint32_t kFileVersion = 1;
+    static constexpr char kMagic[8] = {'A', 'C', 'E', 'R', 'P', 'L', 'Y', '\0'};
+
+    // Allocates both partitions (zeroed). O(capacity * obs_dim). Throws std::invalid_argument on a bad config.
+    MixedReplay(const ReplayConfig& cfg, std::uint64_t seed) : st_(make_state(cfg)) { st_.rng.reseed(seed); }
+
+    // ---- adding ---------------------------------------------------------------------------------------------
+    // Adds in.n RL transitions in order, writing their handles to handles_out[0..n). Validates every input first
+    // (finite observations and rewards, episode/step in [0, 2^31 - 1]) and stores nothing if any is bad.
+    // O(n * obs_dim + n * 16 log16 C). Thread-safe.
+    void add_rl(const TransitionsIn& in, std::int64_t* handles_out) {
+        validate_transitions(in, false);
+        std::lock_guard<std::mutex> lk(mu_);
+        check_dim(in.obs_dim);
+        for (std::size_t i = 0; i < in.n; ++i) handles_out[i] = add_rl_locked(in, i);
+    }
+
+    // Adds in.n LLM transitions (needs improvement and valid). Same validation and cost as add_rl. Thread-safe.
+    void add_llm(const TransitionsIn& in, std::int64_t* handles_out) {
+        validate_transitions(in, true);
+        std::lock_guard<std::mutex> lk(mu_);
+        check_dim(in.obs_dim);
+        for (std::size_t i = 0; i < in.n; ++i) handles_out[i] = add_llm_locked(in, i);
+    }
+
+    // ---- sampling -------------------------------------------------------------------------------------------
+    // Draws `batch` items (see the header comment for the split and the weights) into out. is_exponent in [0, 1].
+    // O(batch * (obs_dim + 16 log16 C)). Throws std::invalid_argument when nothing is sampleable. Thread-safe.
+    void sample(std::size_t batch, double is_exponent, const BatchOut& out) {
+        check_batch(batch, "batch_size");
+        if (!(is_exponent >= 0.0 && is_exponent <= 1.0)) {
+            std::ostringstream os;
+            os << "is_exponent = " << is_exponent << " out of range [0, 1]";
+            throw std::invalid_argument(os.str());
+        }
+        std::lock_guard<std::mutex> lk(mu_);
+        check_dim(out.obs_dim);
+        const Rl& rl = st_.rl;
+        const Llm& lm = st_.llm;
+        const double rl_total = rl.sum.root(), llm_total = lm.sum.root();
+        const bool rl_any = rl_total > 0.0, llm_any = llm_total > 0.0;
+        if (!rl_any && !llm_any)
+            throw std::invalid_argument("cannot sample: the buffer holds no sampleable transition (size() = " +
+                                        std::to_string(size_locked()) + ")");
+        const std::size_t n_rl = rl_share(batch, rl_any, llm_any);
+        const std::size_t n_llm = batch - n_rl;
+        q_.resize(batch);
+        const double inv_batch = 1.0 / static_cast<double>(batch);
+        for (std::size_t i = 0; i < n_rl; ++i) {
+            const double u = (static_cast<double>(i) + st_.rng.uniform()) * rl_total / static_cast<double>(n_rl);
+            const std::size_t s = rl.sum.find(u);
+            q_[i] = static_cast<double>(n_rl) * inv_batch * rl.sum.leaf(s) / rl_total;
+            fill_rl_row(s, i, out);
+        }
+        for (std::size_t j = 0; j < n_llm; ++j) {
+            const double u = (static_cast<double>(j) + st_.rng.uniform()) * llm_total / static_cast<double>(n_llm);
+            const std::size_t s = lm.sum.find(u);
+            q_[n_rl + j] = static_cast<double>(n_llm) * inv_batch * lm.sum.leaf(s) / llm_total;
+            fill_llm_row(s, n_rl + j, out);
+        }
+        const double n_items = static_cast<double>(size_locked());
+        double w_max = 0.0;
+        for (std::size_t i = 0; i < batch; ++i) {
+            q_[i] = std::pow(n_items * q_[i], -is_exponent);  // q_i > 0: only positive leaves are ever found
+            w_max = std::max(w_max, q_[i]);
+        }
+        for (std::size_t i = 0; i < batch; ++i) out.weight[i] = static_cast<float>(q_[i] / w_max);
+    }
+
+    // Copies the items named by handles[0..n) into out (weight 1). Throws std::out_of_range naming the first handle
+    // that is not live (stale, never issued, or not a transition). O(n * obs_dim). Thread-safe.
+    void get(const std::int64_t* handles, std::size_t n, const BatchOut& out) const {
+        std::lock_guard<std::mutex> lk(mu_);
+        check_dim(out.obs_dim);
+        for (std::size_t i = 0; i < n; ++i) {
+            std::size_t slot = 0;
+            const Status s = classify(handles[i], slot);
+            if (s != Status::kLive) {
+                std::ostringstream os;
+                os << "index[" << i << "] = " << handles[i] << " is "
+                   << (s == Status::kStale ? "stale (its slot was overwritten, or it is not a transition)"
+                                           : "not a handle issued by this buffer");
+                throw std::out_of_range(os.str());
+            }
+            if (handles[i] & 1)
+                fill_llm_row(slot, i, out);
+            else
+                fill_rl_row(slot, i, out);
+            out.weight[i] = 1.0f;
+        }
+    }
+
+    // ---- updates --------------------------------------------------------------------------------------------
+    // Sets the priorities of live RL handles, in order (a duplicated handle ends with its last priority). Returns
+    // how many were applied: stale handles and LLM handles (whose Eq. 8 weight does not depend on a priority) are
+    // skipped. Validates everything first: a priority that is NaN, infinite, negative or above FLT_MAX throws
+    // std::invalid_argument, a handle that was never issued throws std::out_of_range; nothing is changed then.
+    // O(n * 16 log16 C). Thread-safe.
+    std::size_t update_priorities(const std::int64_t* handles, const double* priority, std::size_t n) {
+        for (std::size_t i = 0; i < n; ++i) {
+            const double p = priority[i];
+            if (!(std::isfinite(p) && p >= 0.0 && p <= static_cast<double>(std::numeric_limits<float>::max()))) {
+                std::ostringstream os;
+                os << "priority[" << i << "] = " << p << " must be finite and in [0, "
+                   << std::numeric_limits<float>::max() << "]";
+                throw std::invalid_argument(os.str());
+            }
+        }
+        std::lock_guard<std::mutex> lk(mu_);
+        check_issued(handles, n);
+        std::size_t applied = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+            std::size_t slot = 0;
+            if ((handles[i] & 1) || classify(handles[i], slot) != Status::kLive) continue;
+            set_priority(slot, static_cast<float>(priority[i]));
+            ++applied;
+        }
+        return applied;
+    }
+
+    // Replaces the stored reward of live handles (RL or LLM), keeping original_reward. Returns how many were
+    // applied (stale handles are skipped). Rewards must be finite float32 values (std::invalid_argument); handles
+    // never issued throw std::out_of_range; nothing is changed then. O(n). Thread-safe.
+    std::size_t update_rewards(const std::int64_t* handles, const double* reward, std::size_t n) {
+        for (std::size_t i = 0; i < n; ++i) check_reward(reward[i], "reward", i);
+        std::lock_guard<std::mutex> lk(mu_);
+        check_issued(handles, n);
+        std::size_t applied = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+            std::size_t slot = 0;
+            if (classify(handles[i], slot) != Status::kLive) continue;
+            (handles[i] & 1 ? st_.llm.reward : st_.rl.reward)[slot] = static_cast<float>(reward[i]);
+            ++applied;
+        }
+        return applied;
+    }
+
+    // ---- inspection -----------------------------------------------------------------------------------------
+    // Live RL transitions, oldest first. O(C). Thread-safe.
+    RlColumns rl_columns() const {
+        std::lock_guard<std::mutex> lk(mu_);
+        const Rl& rl = st_.rl;
+        RlColumns c;
+        const std::uint64_t cap = st_.cfg.rl_capacity;
+        const std::uint64_t first = rl.written > cap ? rl.written - cap : 0;
+        for (std::uint64_t p = first; p < rl.written; ++p) {
+            const std::size_t s = static_cast<std::size_t>(p % cap);
+            if (!(rl.flags[s] & kHead)) continue;
+            c.index.push_back(static_cast<std::int64_t>(p << 1));
+            c.episode.push_back(rl.episode[s]);
+            c.step.push_back(rl.step[s]);
+            c.action.push_back(rl.action[s]);
+            c.reward.push_back(rl.reward[s]);
+            c.original_reward.push_back(rl.original_reward[s]);
+            c.done.push_back(rl.flags[s] & kDone);
+            c.truncated.push_back(rl.flags[s] & kTruncated);
+        }
+        return c;
+    }
+
+    // Live RL transitions + live valid LLM items (the N of the importance weights). O(1). Thread-safe.
+    std::size_t size() const {
+        std::lock_guard<std::mutex> lk(mu_);
+        return size_locked();
+    }
+    std::size_t rl_size() const {
+        std::lock_guard<std::mutex> lk(mu_);
+        return st_.rl.heads;
+    }
+    // Live LLM items, valid or not.
+    std::size_t llm_size() const {
+        std::lock_guard<std::mutex> lk(mu_);
+        return static_cast<std::size_t>(std::min<std::uint64_t>(st_.llm.written, st_.cfg.llm_capacity));
+    }
+    std::size_t llm_valid_size() const {
+        std::lock_guard<std::mutex> lk(mu_);
+        return st_.llm.valid_count;
+    }
+    // Priority a new RL transition would get now. O(1). Thread-safe.
+    double max_priority() const {
+        std::lock_guard<std::mutex> lk(mu_);
+        return new_priority();
+    }
+    // Bytes allocated by the RL partition (observations, columns, both trees). Thread-safe.
+    std::size_t rl_nbytes() const {
+        std::lock_guard<std::mutex> lk(mu_);
+        const Rl& rl = st_.rl;
+        return rl.obs.size() * sizeof(float) + rl.action.size() * sizeof(std::int64_t) +
+               (rl.reward.size() + rl.original_reward.size()) * sizeof(float) +
+               (rl.episode.size() + rl.step.size()) * sizeof(std::int32_t) + rl.flags.size() + rl.sum.nbytes() +
+               rl.maxp.nbytes();
+    }
+    ReplayConfig config() const {
+        std::lock_guard<std::mutex> lk(mu_);
+        return st_.cfg;
+    }
+    Rng::State rng_state() const {
+        std::lock_guard<std::mutex> lk(mu_);
+        return st_.rng.state();
+    }
+    void set_rng_state(const Rng::State& s) {
+        std::lock_guard<std::mutex> lk(mu_);
+        st_.rng.set_state(s);
+    }
+    // Copies of the sum-tree leaves (RL then LLM) and roots, for tests and diagnostics. O(C). Thread-safe.
+    void tree_snapshot(std::vector<double>& rl_leaves, std::vector<double>& llm_leaves, double& rl_root,
+                       double& llm_root, std::vector<float>& rl_priorities, float& max_root) const {
+        std::lock_guard<std::mutex> lk(mu_);
+        rl_leaves.assign(st_.rl.sum.leaves(), st_.rl.sum.leaves() + st_.rl.sum.size());
+        llm_leaves.assign(st_.llm.sum.leaves(), st_.llm.sum.leaves() + st_.llm.sum.size());
+        rl_priorities.assign(st_.rl.maxp.leaves(), st_.rl.maxp.leaves() + st_.rl.maxp.size());
+        rl_root = st_.rl.sum.root();
+        llm_root = st_.llm.sum.root();
+        max_root = st_.rl.maxp.root();
+    }
+
+    // Full consistency check: every tree equals its rebuild bit for bit, leaves agree with flags and priorities,
+    // counters agree with the flags. Returns "" when consistent, else a description. O(C). Thread-safe.
+    std::string check_invariants() const {
+        std::lock_guard<std::mutex> lk(mu_);
+        return validate_state(st_);
+    }
+
+    // ---- persistence ----------------------------------------------------------------------------------------
+    // Writes the whole state (config, every column, the tree arrays themselves, pointers, continuation state and
+    // the generator state) to path atomically: a temporary file in the same directory, fsync, rename. Format:
+    // magic, version, byte-order tag, header, arrays, checksum (see replay_io.hpp). O(file size); holds the lock
+    // while writing, so a concurrent writer waits. Throws std::system_error on I/O failure.
+    void save(const std::string& path) const {
+        std::lock_guard<std::mutex> lk(mu_);
+        AtomicFileWriter w(path);
+        w.write(kMagic, sizeof(kMagic));
+        w.put<std::uint32_t>(kFileVersion);
+        w.put<std::uint32_t>(kByteOrderTag);
+        write_header(w, st_);
+        for_each_array(const_cast<State&>(st_), [&](const char*, void* p, std::size_t n) { w.write(p, n); });
+        const std::uint64_t h = w.hash();
+        w.write(&h, sizeof(h));
+        w.commit();
+    }
+
+    // Replaces the whole state (config included) by the file's. Checks size against the header, the checksum and
+    // every invariant BEFORE touching this object; on any problem throws ReplayFileError (std::invalid_argument)
+    // naming the file and the problem, and this object is unchanged. Throws std::system_error if the file cannot
+    // be read. O(file size); the lock is held only for the final swap. Thread-safe.
+    void load(const std::string& path) {
+        CheckedFileReader r(path);
+        const std::uint64_t fixed = sizeof(kMagic) + 8 + kHeaderBytes + 8;
+        if (r.size() < fixed) {
+            std::ostringstream os;
+            os << "file is truncated: " << r.size() << " bytes, a replay file has at least " << fixed;
+            throw ReplayFileError(path, os.str());
+        }
+        char magic[sizeof(kMagic)];
+        r.read(magic, sizeof(magic));
+        if (std::memcmp(magic, kMagic, sizeof(kMagic)) != 0)
+            throw ReplayFileError(path, "not a replay buffer file (bad magic bytes)");
+        const auto version = r.get<std::uint32_t>();
+        if (version != kFileVersion) {
+            std::ostringstream os;
+            os << "unsupported format version " << version << " (this build reads version " << kFileVersion << ")";
+            throw ReplayFileError(path, os.str());
+        }
+        if (r.get<std::uint32_t>() != kByteOrderTag)
+            throw ReplayFileError(path, "written on a machine with a different byte order");
+        Header h = read_header(r);
+        try {
+            validate_config(h.cfg);
+        } catch (const std::invalid_argument& e) {
+            throw ReplayFileError(path, std::string("invalid header: ") + e.what());
+        }
+        const std::uint64_t expected = fixed + payload_bytes(h.cfg);
+        if (r.size() != expected) {
+            std::ostringstream os;
+            os << "size " << r.size() << " bytes does not match the " << expected
+               << " bytes its header implies (truncated or corrupted)";
+            throw ReplayFileError(path, os.str());
+        }
+        State fresh = make_state(h.cfg);
+        for_each_array(fresh, [&](const char*, void* p, std::size_t n) { r.read(p, n); });
+        const std::uint64_t computed = r.hash();
+        std::uint64_t stored = 0;
+        r.read(&stored, sizeof(stored), false);
+        if (stored != computed) throw ReplayFileError(path, "checksum mismatch (the file is corrupted)");
+        fresh.rl.written = h.rl_written;
+        fresh.llm.written = h.llm_written;
+        fresh.rl.has_prev = h.has_prev != 0;
+        fresh.rl.prev_flags = h.prev_flags;
+        fresh.rl.prev_episode = h.prev_episode;
+        fresh.rl.prev_step = h.prev_step;
+        try {
+            fresh.rng.set_state(h.rng);
+        } catch (const std::invalid_argument& e) {
+            throw ReplayFileError(path, e.what());
+        }
+        recount(fresh);
+        const std::string problem = validate_state(fresh);
+        if (!problem.empty()) throw ReplayFileError(path, "inconsistent contents: " + problem);
+        std::lock_guard<std::mutex> lk(mu_);
+        std::swap(st_, fresh);
+    }
+
+private:
+    static constexpr std::uint32_t kByteOrderTag = 0x01020304u;
+    static constexpr std::uint64_t kMaxPosition = 1ULL << 62;
+
+    struct Rl {
+        std::vector<float> obs;  // capacity * obs_dim
+        std::vector<std::int64_t> action;
+        std::vector<float> reward, original_reward;
+        std::vector<std::int32_t> episode, step;
+        std::vector<std::uint8_t> flags;
+        SumTree sum;   // leaves: priority^alpha of live heads, 0 elsewhere
+        MaxTree maxp;  // leaves: float32 priority of live heads, 0 elsewhere
+        std::uint64_t written = 0;
+        std::size_t heads = 0;
+        bool has_prev = false;
+        std::uint8_t prev_flags = 0;
+        std::int32_t prev_episode = 0, prev_step = 0;
+    };
+    struct Llm {
+        std::vector<float> obs, next_obs;
+        std::vector<std::int64_t> action;
+        std::vector<float> reward, original_reward, improvement;
+        std::vector<std::int32_t> episode, step;
+        std::vector<std::uint8_t> flags;
+        SumTree sum;  // leaves: I_v * exp(clip(improvement / tau))
+        std::uint64_t written = 0;
+        std::size_t valid_count = 0;
+    };
+    struct State {
+        ReplayConfig cfg;
+        Rl rl;
+        Llm llm;
+        Rng rng;
+    };
+    struct Header {
+        ReplayConfig cfg;
+        std::uint64_t rl_written = 0, llm_written = 0;
+        std::uint8_t has_prev = 0, prev_flags = 0;
+        std::int32_t prev_episode = 0, prev_step = 0;
+        Rng::State rng{};
+    };
+    static constexpr std::uint64_t kHeaderBytes = 3 * 8 + 3 * 8 + 2 * 8 + 2 + 2 * 4 + 4 * 8;
+
+    enum class Status { kLive, kStale, kInvalid };
+
+    static State make_state(const ReplayConfig& cfg) {
+        validate_config(cfg);
+        State s;
+        s.cfg = cfg;
+        const auto d = static_cast<std::size_t>(cfg.obs_dim);
+        const auto c = static_cast<std::size_t>(cfg.rl_capacity);
+        const auto m = static_cast<std::size_t>(cfg.llm_capacity);
+        s.rl.obs.assign(c * d, 0.0f);
+        s.rl.action.assign(c, 0);
+        s.rl.reward.assign(c, 0.0f);
+        s.rl.original_reward.assign(c, 0.0f);
+        s.rl.episode.assign(c, 0);
+        s.rl.step.assign(c, 0);
+        s.rl.flags.assign(c, 0);
+        s.rl.sum.resize(c);
+        s.rl.maxp.resize(c);
+        s.llm.obs.assign(m * d, 0.0f);
+        s.llm.next_obs.assign(m * d, 0.0f);
+        s.llm.action.assign(m, 0);
+        s.llm.reward.assign(m, 0.0f);
+        s.llm.original_reward.assign(m, 0.0f);
+        s.llm.improvement.assign(m, 0.0f);
+        s.llm.episode.assign(m, 0);
+        s.llm.step.assign(m, 0);
+        s.llm.flags.assign(m, 0);
+        s.llm.sum.resize(m);
+        return s;
+    }
+
+    // The arrays in file order (the same function drives save and load, so the layouts cannot disagree).
+    template <typename F>
+    static void for_each_array(State& s, F&& f) {
+        auto v = [&](const char* name, auto& vec) {
+            f(name, static_cast<void*>(vec.data()), vec.size() * sizeof(vec[0]));
+        };
+        v("rl.obs", s.rl.obs);
+        v("rl.action", s.rl.action);
+        v("rl.reward", s.rl.reward);
+        v("rl.original_reward", s.rl.original_reward);
+        v("rl.episode", s.rl.episode);
+        v("rl.step", s.rl.step);
+        v("rl.flags", s.rl.flags);
+        v("rl.sum", s.rl.sum.data());
+        v("rl.max", s.rl.maxp.data());
+        v("llm.obs", s.llm.obs);
+        v("llm.next_obs", s.llm.next_obs);
+        v("llm.action", s.llm.action);
+        v("llm.reward", s.llm.reward);
+        v("llm.original_reward", s.llm.original_reward);
+        v("llm.improvement", s.llm.improvement);
+        v("llm.episode", s.llm.episode);
+        v("llm.step", s.llm.step);
+        v("llm.flags", s.llm.flags);
+        v("llm.sum", s.llm.sum.data());
+    }
+
+    static std::uint64_t tree_nodes(std::uint64_t n) {
+        std::uint64_t total = 0;
+        while (true) {
+            total += n;
+            if (n == 1) return total;
+            n = (n + SumTree::kFanout - 1) / SumTree::kFanout;
+        }
+    }
+
+    // Bytes of for_each_array for a (validated) config; fits easily in 64 bits given the limits.
+    static std::uint64_t payload_bytes(const ReplayConfig& c) {
+        const std::uint64_t d = c.obs_dim, n = c.rl_capacity, m = c.llm_capacity;
+        return n * d * 4 + n * (8 + 4 + 4 + 4 + 4 + 1) + tree_nodes(n) * (8 + 4) + 2 * m * d * 4 +
+               m * (8 + 4 + 4 + 4 + 4 + 4 + 1) + tree_nodes(m) * 8;
+    }
+
+    static void write_header(AtomicFileWriter& w, const State& s) {
+        w.put<std::uint64_t>(s.cfg.obs_dim);
+        w.put<std::uint64_t>(s.cfg.rl_capacity);
+        w.put<std::uint64_t>(s.cfg.llm_capacity);
+        w.put<double>(s.cfg.alpha);
+        w.put<double>(s.cfg.beta);
+        w.put<double>(s.cfg.tau);
+        w.put<std::uint64_t>(s.rl.written);
+        w.put<std::uint64_t>(s.llm.written);
+        w.put<std::uint8_t>(s.rl.has_prev ? 1 : 0);
+        w.put<std::uint8_t>(s.rl.prev_flags);
+        w.put<std::int32_t>(s.rl.prev_episode);
+        w.put<std::int32_t>(s.rl.prev_step);
+        for (std::uint64_t x : s.rng.state()) w.put<std::uint64_t>(x);
+    }
+
+    static Header read_header(CheckedFileReader& r) {
+        Header h;
+        h.cfg.obs_dim = r.get<std::uint64_t>();
+        h.cfg.rl_capacity = r.get<std::uint64_t>();
+        h.cfg.llm_capacity = r.get<std::uint64_t>();
+        h.cfg.alpha = r.get<double>();
+        h.cfg.beta = r.get<double>();
+        h.cfg.tau = r.get<double>();
+        h.rl_written = r.get<std::uint64_t>();
+        h.llm_written = r.get<std::uint64_t>();
+        h.has_prev = r.get<std::uint8_t>();
+        h.prev_flags = r.get<std::uint8_t>();
+        h.prev_episode = r.get<std::int32_t>();
+        h.prev_step = r.get<std::int32_t>();
+        for (auto& x : h.rng) x = r.get<std::uint64_t>();
+        return h;
+    }
+
+    static void recount(State& s) {
+        s.rl.heads = 0;
+        for (auto f : s.rl.flags) s.rl.heads += (f & kHead) ? 1 : 0;
+        s.llm.valid_count = 0;
+        for (auto f : s.llm.flags) s.llm.valid_count += (f & kValid) ? 1 : 0;
+    }
+
+    // The position last written to `slot` (valid when written > slot).
+    static std::uint64_t position_of(std::uint64_t slot, std::uint64_t written, std::uint64_t cap) {
+        const std::uint64_t last = written - 1;
+        return last - ((last % cap + cap - slot) % cap);
+    }
+
+    static std::string validate_state(const State& s) {
+        std::ostringstream os;
+        const Rl& rl = s.rl;
+        const Llm& lm = s.llm;
+        const std::uint64_t cap = s.cfg.rl_capacity, mcap = s.cfg.llm_capacity;
+        if (rl.written >= kMaxPosition || lm.written >= kMaxPosition) return "write counters out of range";
+        if (rl.prev_flags & ~(kDone | kTruncated)) return "bad continuation flags";
+        if (rl.has_prev && rl.written < 2) return "continuation state without a stored observation";
+        if (!rl.sum.check()) return "RL sum tree differs from its rebuild";
+        if (!rl.maxp.check()) return "RL max tree differs from its rebuild";
+        if (!lm.sum.check()) return "LLM sum tree differs from its rebuild";
+        if (!std::isfinite(rl.sum.root()) || !std::isfinite(lm.sum.root())) return "tree sum is not finite";
+        std::size_t heads = 0, valid = 0;
+        for (std::uint64_t k = 0; k < cap; ++k) {
+            const std::uint8_t f = rl.flags[k];
+            const double leaf = rl.sum.leaf(k);
+            const float pr = rl.maxp.leaf(k);
+            if (f & ~(kDone | kTruncated | kHead)) {
+                os << "RL slot " << k << " has unknown flags " << int(f);
+                return os.str();
+            }
+            if (!(leaf >= 0.0 && std::isfinite(leaf)) || !(pr >= 0.0f && std::isfinite(pr))) {
+                os << "RL slot " << k << " has a negative or non-finite priority";
+                return os.str();
+            }
+            if (!std::isfinite(rl.reward[k]) || !std::isfinite(rl.original_reward[k])) {
+                os << "RL slot " << k << " has a non-finite reward";
+                return os.str();
+            }
+            if (f & kHead) {
+                ++heads;
+                // A head must have its next observation written after it.
+                if (k >= rl.written || position_of(k, rl.written, cap) + 1 >= rl.written) {
+                    os << "RL slot " << k << " is a transition without a next observation";
+                    return os.str();
+                }
+                if (s.cfg.alpha == 0.0 ? leaf != 1.0 : false) {
+                    os << "RL slot " << k << " leaf " << leaf << " != 1 with alpha = 0";
+                    return os.str();
+                }
+            } else if (leaf != 0.0 || pr != 0.0f) {
+                os << "RL slot " << k << " holds no transition but has a priority";
+                return os.str();
+            }
+        }
+        for (std::uint64_t k = 0; k < mcap; ++k) {
+            const std::uint8_t f = lm.flags[k];
+            const double leaf = lm.sum.leaf(k);
+            if (f & ~(kDone | kTruncated | kValid)) {
+                os << "LLM slot " << k << " has unknown flags " << int(f);
+                return os.str();
+            }
+            if (!std::isfinite(lm.improvement[k]) || !std::isfinite(lm.reward[k]) ||
+                !std::isfinite(lm.original_reward[k])) {
+                os << "LLM slot " << k << " has a non-finite value";
+                return os.str();
+            }
+            if (f & kValid) {
+                ++valid;
+                if (k >= lm.written || !(leaf > 0.0 && std::isfinite(leaf))) {
+                    os << "LLM slot " << k << " is valid but has weight " << leaf;
+                    return os.str();
+                }
+            } else if (leaf != 0.0) {
+                os << "LLM slot " << k << " is not valid but has weight " << leaf;
+                return os.str();
+            }
+        }
+        if (heads != rl.heads || valid != lm.valid_count) return "item counters disagree with the flags";
+        return "";
+    }
+
+    // Under the lock: the caller's row length must match (load() may change obs_dim between calls).
+    void check_dim(std::size_t d) const {
+        if (d != st_.cfg.obs_dim) {
+            std::ostringstream os;
+            os << "observation rows of length " << d << " do not match obs_dim = " << st_.cfg.obs_dim;
+            throw std::invalid_argument(os.str());
+        }
+    }
+
+    static void check_batch(std::size_t batch, const char* name) {
+        if (batch < 1 || batch > kMaxBatch) {
+            std::ostringstream os;
+            os << name << " = " << batch << " out of range [1, " << kMaxBatch << "]";
+            throw std::invalid_argument(os.str());
+        }
+    }
+
+    static void check_reward(double r, const char* name, std::size_t i) {
+        if (!(std::isfinite(r) && std::fabs(r) <= static_cast<double>(std::numeric_limits<float>::max()))) {
+            std::ostringstream os;
+            os << name << "[" << i << "] = " << r << " must be a finite float32 value";
+            throw std::invalid_argument(os.str());
+        }
+    }
+
+    // Needs no lock: reads only the caller's arrays (laid out with in.obs_dim, checked again under the lock).
+    static void validate_transitions(const TransitionsIn& in, bool llm) {
+        const std::size_t d = in.obs_dim;
+        auto bad = [](const char* name, std::size_t i, std::size_t j, double v, const char* why) {
+            std::ostringstream os;
+            os << name << "[" << i << ", " << j << "] = " << v << " " << why;
+            throw std::invalid_argument(os.str());
+        };
+        for (std::size_t i = 0; i < in.n; ++i) {
+            const float* o = in.obs + i * d;
+            const float* no = in.next_obs + i * d;
+            for (std::size_t j = 0; j < d; ++j) {
+                if (!std::isfinite(o[j])) bad("obs", i, j, o[j], "is not finite");
+                if (!std::isfinite(no[j])) bad("next_obs", i, j, no[j], "is not finite");
+            }
+            check_reward(in.reward[i], "reward", i);
+            for (const auto& [name, v] : {std::pair<const char*, std::int64_t>{"episode", in.episode[i]},
+                                          std::pair<const char*, std::int64_t>{"step", in.step[i]}}) {
+                if (v < 0 || v > kMaxEpisodeOrStep) {
+                    std::ostringstream os;
+                    os << name << "[" << i << "] = " << v << " out of range [0, " << kMaxEpisodeOrStep << "]";
+                    throw std::invalid_argument(os.str());
+                }
+            }
+            if (llm && !std::isfinite(in.improvement[i])) {
+                std::ostringstream os;
+                os << "improvement[" << i << "] = " << in.improvement[i] << " is not finite";
+                throw std::invalid_argument(os.str());
+            }
+        }
+    }
+
+    // Under the lock: throws std::out_of_range for a handle that this buffer never issued (negative, or a
+    // position not yet written). Stale handles pass (they are skipped by the caller).
+    void check_issued(const std::int64_t* handles, std::size_t n) const {
+        for (std::size_t i = 0; i < n; ++i) {
+            if (handles[i] < 0) {
+                std::ostringstream os;
+                os << "index[" << i << "] = " << handles[i] << " is not a handle (handles are >= 0)";
+                throw std::out_of_range(os.str());
+            }
+            const std::uint64_t pos = static_cast<std::uint64_t>(handles[i]) >> 1;
+            const std::uint64_t written = (handles[i] & 1) ? st_.llm.written : st_.rl.written;
+            if (pos >= written) {
+                std::ostringstream os;
+                os << "index[" << i << "] = " << handles[i] << " was never issued: its position " << pos
+                   << " is out of range [0, " << written << ") for the " << ((handles[i] & 1) ? "LLM" : "RL")
+                   << " partition";
+                throw std::out_of_range(os.str());
+            }
+        }
+    }
+
+    Status classify(std::int64_t h, std::size_t& slot) const {
+        if (h < 0) return Status::kInvalid;
+        const bool llm = h & 1;
+        const std::uint64_t pos = static_cast<std::uint64_t>(h) >> 1;
+        const std::uint64_t written = llm ? st_.llm.written : st_.rl.written;
+        const std::uint64_t cap = llm ? st_.cfg.llm_capacity : st_.cfg.rl_capacity;
+        if (pos >= written) return Status::kInvalid;
+        if (written > cap && pos < written - cap) return Status::kStale;
+        slot = static_cast<std::size_t>(pos % cap);
+        if (!llm && !(st_.rl.flags[slot] & kHead)) return Status::kStale;
+        return Status::kLive;
+    }
+
+    std::size_t size_locked() const { return st_.rl.heads + st_.llm.valid_count; }
+
+    float new_priority() const {
+        const float m = st_.rl.maxp.root();
+        return m > 0.0f ? m : 1.0f;
+    }
+
+    double leaf_of(float p) const {
+        return st_.cfg.alpha == 0.0 ? 1.0 : std::pow(static_cast<double>(p), st_.cfg.alpha);
+    }
+
+    void set_priority(std::size_t slot, float p) {
+        st_.rl.maxp.set(slot, p);
+        st_.rl.sum.set(slot, leaf_of(p));
+    }
+
+    std::size_t rl_share(std::size_t batch, bool rl_any, bool llm_any) const {
+        const double nominal = std::floor((1.0 - st_.cfg.beta) * static_cast<double>(batch) + 0.5);
+        const std::size_t n_rl = std::min(batch, static_cast<std::size_t>(std::max(0.0, nominal)));
+        const std::size_t n_llm = batch - n_rl;
+        const bool rl_ok = rl_any && st_.rl.heads >= n_rl;
+        const bool llm_ok = llm_any && st_.llm.valid_count >= n_llm;
+        if (rl_ok && llm_ok) return n_rl;
+        if (rl_ok) return batch;
+        if (llm_ok) return 0;
+        if (rl_any && llm_any) return n_rl;
+        return rl_any ? batch : 0;
+    }
+
+    // Writes one observation to the next RL position, killing the transition that lived in that slot.
+    void write_rl_obs(const float* o) {
+        Rl& rl = st_.rl;
+        const std::size_t d = static_cast<std::size_t>(st_.cfg.obs_dim);
+        const std::size_t s = static_cast<std::size_t>(rl.written % st_.cfg.rl_capacity);
+        if (rl.flags[s] & kHead) {
+            --rl.heads;
+            rl.maxp.set(s, 0.0f);
+            rl.sum.set(s, 0.0);
+        }
+        rl.flags[s] = 0;
+        rl.action[s] = 0;
+        rl.reward[s] = rl.original_reward[s] = 0.0f;
+        rl.episode[s] = rl.step[s] = 0;
+        std::memcpy(rl.obs.data() + s * d, o, d * sizeof(float));
+        ++rl.written;
+    }
+
+    std::int64_t add_rl_locked(const TransitionsIn& in, std::size_t i) {
+        Rl& rl = st_.rl;
+        const std::size_t d = static_cast<std::size_t>(st_.cfg.obs_dim);
+        const std::uint64_t cap = st_.cfg.rl_capacity;
+        const float* o = in.obs + i * d;
+        const auto ep = static_cast<std::int32_t>(in.episode[i]);
+        const auto step = static_cast<std::int32_t>(in.step[i]);
+        const float p = new_priority();
+        const float* pending = rl.has_prev ? rl.obs.data() + static_cast<std::size_t>((rl.written - 1) % cap) * d
+                                           : nullptr;
+        const bool continues = pending && rl.prev_episode == ep &&
+                               static_cast<std::int64_t>(rl.prev_step) + 1 == step &&
+                               !(rl.prev_flags & (kDone | kTruncated)) &&
+                               std::memcmp(o, pending, d * sizeof(float)) == 0;
+        if (!continues) write_rl_obs(o);
+        const std::uint64_t head = rl.written - 1;
+        const std::size_t s = static_cast<std::size_t>(head % cap);
+        const std::uint8_t f = static_cast<std::uint8_t>((in.done[i] ? kDone : 0) | (in.truncated[i] ? kTruncated : 0));
+        rl.flags[s] = static_cast<std::uint8_t>(kHead | f);
+        rl.action[s] = in.action[i];
+        rl.reward[s] = rl.original_reward[s] = in.reward[i];
+        rl.episode[s] = ep;
+        rl.step[s] = step;
+        set_priority(s, p);
+        ++rl.heads;
+        write_rl_obs(in.next_obs + i * d);
+        rl.has_prev = true;
+        rl.prev_flags = f;
+        rl.prev_episode = ep;
+        rl.prev_step = step;
+        return static_cast<std::int64_t>(head << 1);
+    }
+
+    std::int64_t add_llm_locked(const TransitionsIn& in, std::size_t i) {
+        Llm& lm = st_.llm;
+        const std::size_t d = static_cast<std::size_t>(st_.cfg.obs_dim);
+        const std::uint64_t pos = lm.written;
+        const std::size_t s = static_cast<std::size_t>(pos % st_.cfg.llm_capacity);
+        if (lm.flags[s] & kValid) --lm.valid_count;
+        std::memcpy(lm.obs.data() + s * d, in.obs + i * d, d * sizeof(float));
+        std::memcpy(lm.next_obs.data() + s * d, in.next_obs + i * d, d * sizeof(float));
+        lm.action[s] = in.action[i];
+        lm.reward[s] = lm.original_reward[s] = in.reward[i];
+        lm.improvement[s] = in.improvement[i];
+        lm.episode[s] = static_cast<std::int32_t>(in.episode[i]);
+        lm.step[s] = static_cast<std::int32_t>(in.step[i]);
+        const bool valid = in.valid[i];
+        lm.flags[s] = static_cast<std::uint8_t>((in.done[i] ? kDone : 0) | (in.truncated[i] ? kTruncated : 0) |
+                                                (valid ? kValid : 0));
+        if (valid) ++lm.valid_count;
+        const double x =
+            std::clamp(static_cast<double>(in.improvement[i]) / st_.cfg.tau, -kExponentClip, kExponentClip);
+        lm.sum.set(s, valid ? std::exp(x) : 0.0);
+        ++lm.written;
+        return static_cast<std::int64_t>((pos << 1) | 1);
+    }
+
+    void fill_rl_row(std::size_t s, std::size_t row, const BatchOut& out) const {
+        const Rl& rl = st_.rl;
+        const std::size_t d = static_cast<std::size_t>(st_.cfg.obs_dim);
+        const std::uint64_t cap = st_.cfg.rl_capacity;
+        std::memcpy(out.obs + row * d, rl.obs.data() + s * d, d * sizeof(float));
+        std::memcpy(out.next_obs + row * d, rl.obs.data() + static_cast<std::size_t>((s + 1) % cap) * d,
+                    d * sizeof(float));
+        out.action[row] = rl.action[s];
+        out.reward[row] = rl.reward[s];
+        out.original_reward[row] = rl.original_reward[s];
+        out.done[row] = rl.flags[s] & kDone;
+        out.truncated[row] = rl.flags[s] & kTruncated;
+        out.index[row] = static_cast<std::int64_t>(position_of(s, rl.written, cap) << 1);
+        out.from_llm[row] = false;
+        out.episode[row] = rl.episode[s];
+        out.step[row] = rl.step[s];
+        out.improvement[row] = 0.0f;
+        out.valid[row] = false;
+    }
+
+    void fill_llm_row(std::size_t s, std::size_t row, const BatchOut& out) const {
+        const Llm& lm = st_.llm;
+        const std::size_t d = static_cast<std::size_t>(st_.cfg.obs_dim);
+        std::memcpy(out.obs + row * d, lm.obs.data() + s * d, d * sizeof(float));
+        std::memcpy(out.next_obs + row * d, lm.next_obs.data() + s * d, d * sizeof(float));
+        out.action[row] = lm.action[s];
+        out.reward[row] = lm.reward[s];
+        out.original_reward[row] = lm.original_reward[s];
+        out.done[row] = lm.flags[s] & kDone;
+        out.truncated[row] = lm.flags[s] & kTruncated;
+        out.index[row] = static_cast<std::int64_t>((position_of(s, lm.written, st_.cfg.llm_capacity) << 1) | 1);
+        out.from_llm[row] = true;
+        out.episode[row] = lm.episode[s];
+        out.step[row] = lm.step[s];
+        out.improvement[row] = lm.improvement[s];
+        out.valid[row] = lm.flags[s] & kValid;
+    }
+
+    mutable std::mutex mu_;
+    State st_;
+    std::vector<double> q_;  // scratch for sample(), guarded by mu_
+};
+
+}  // namespace ace_hybrid

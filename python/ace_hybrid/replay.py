@@ -1,0 +1,190 @@
+"""Mixed prioritised replay for ACE (arXiv 2506.02522, Eq. 8), backed by the C++ core.
+
+A batch of size B takes ``round((1 - beta) B)`` transitions (``floor(x + 0.5)``) from the RL partition by
+proportional prioritised replay (Schaul et al., 2016: probability proportional to ``priority ** alpha``;
+new transitions get the current maximum priority) and the rest from the LLM partition with probability
+proportional to ``I_v * exp((r_hat - r) / tau)``. Each batch carries importance-sampling weights
+``(N q_i) ** -w`` normalised by their maximum over the batch, where ``q_i`` is the probability that one draw
+of this batch picks item ``i`` and ``N = len(buffer)``.
+
+Items are named by int64 handles ``(write position << 1) | partition`` (0 RL, 1 LLM). A handle whose slot has
+been overwritten since it was issued is stale: :meth:`MixedReplayBuffer.update_priorities` and
+:meth:`MixedReplayBuffer.update_rewards` skip it and return how many handles they applied.
+
+The buffer is safe to use from one actor thread (adding) and one learner thread (sampling, updating) at
+the same time; batched calls release the GIL. See ``cpp/include/ace_hybrid/replay.hpp`` for the storage
+layout.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+from ace_hybrid import _core
+
+__all__ = ["MixedReplayBuffer", "ReplayBatch"]
+
+
+class ReplayBatch(NamedTuple):
+    """A batch of B transitions (rows of the RL partition first, then LLM rows).
+
+    Attributes
+    ----------
+    obs, next_obs : (B, D) float32
+    action : (B,) int64
+    reward : (B,) float32
+        Current reward (after any LLM-critic shaping).
+    done, truncated : (B,) bool
+    weight : (B,) float32
+        Importance-sampling weight, normalised by the batch maximum (1 for :meth:`MixedReplayBuffer.get`).
+    index : (B,) int64
+        Handles, for :meth:`MixedReplayBuffer.update_priorities` / :meth:`MixedReplayBuffer.update_rewards`.
+    from_llm : (B,) bool
+        True for rows drawn from the LLM partition.
+    original_reward : (B,) float32
+        Reward as first stored, before any shaping.
+    episode, step : (B,) int64
+    improvement : (B,) float32
+        r_hat - r of LLM rows (0 for RL rows).
+    valid : (B,) bool
+        Validation flag I_v of LLM rows (False for RL rows).
+    """
+
+    obs: npt.NDArray[np.float32]
+    action: npt.NDArray[np.int64]
+    reward: npt.NDArray[np.float32]
+    next_obs: npt.NDArray[np.float32]
+    done: npt.NDArray[np.bool_]
+    truncated: npt.NDArray[np.bool_]
+    weight: npt.NDArray[np.float32]
+    index: npt.NDArray[np.int64]
+    from_llm: npt.NDArray[np.bool_]
+    original_reward: npt.NDArray[np.float32]
+    episode: npt.NDArray[np.int64]
+    step: npt.NDArray[np.int64]
+    improvement: npt.NDArray[np.float32]
+    valid: npt.NDArray[np.bool_]
+
+
+class MixedReplayBuffer(_core.MixedReplay):
+    """RL + LLM replay with prioritised and Eq. 8 sampling.
+
+    Parameters
+    ----------
+    obs_dim : int
+        Observation dimension D (>= 1).
+    rl_capacity : int
+        Observation slots of the RL partition (>= 3). Each observation is stored once, so episodes of length L
+        hold about ``rl_capacity * L / (L + 1)`` transitions.
+    llm_capacity : int
+        Transitions of the LLM partition (>= 1); they store their own next observations.
+    alpha : float
+        Priority exponent in [0, 1]; 0 samples live RL transitions uniformly. Default 0.6 (Schaul et al.).
+    beta : float
+        Nominal fraction of each batch drawn from the LLM partition, in [0, 1]. Default 0.25.
+    tau : float
+        Temperature of Eq. 8, in [1e-6, 1e6]; the exponent is clipped to [-60, 60]. Default 1.0.
+    seed : int
+        Seed of the buffer's own generator (xoshiro256**), in [0, 2**64).
+
+    Notes
+    -----
+    ``add_rl``, ``add_rl_batch``, ``add_llm``, ``add_llm_batch``, ``update_priorities`` and
+    ``update_rewards`` are the compiled methods themselves (no Python layer: they are on the hot path); see
+    their docstrings. ``add_rl(obs, action, reward, next_obs, done, truncated, episode, step) -> int``
+    continues the stored episode when ``obs`` equals its stored next observation and ``step`` follows;
+    episode and step are stored as int32.
+    """
+
+    def __init__(
+        self,
+        obs_dim: int,
+        rl_capacity: int,
+        llm_capacity: int,
+        *,
+        alpha: float = 0.6,
+        beta: float = 0.25,
+        tau: float = 1.0,
+        seed: int = 0,
+    ) -> None:
+        super().__init__(obs_dim, rl_capacity, llm_capacity, alpha=alpha, beta=beta, tau=tau, seed=seed)
+
+    def sample(self, batch_size: int, is_exponent: float = 0.4) -> ReplayBatch:
+        """Draw a batch.
+
+        Parameters
+        ----------
+        batch_size : int
+            B, in [1, 2**20].
+        is_exponent : float
+            Importance-sampling exponent w in [0, 1] (0 gives weights of 1).
+
+        Returns
+        -------
+        ReplayBatch
+            ``weight = (N q_i) ** -w / max_j (N q_j) ** -w`` over this batch. If a partition is empty or holds
+            fewer sampleable items than its share, the other supplies the whole batch and ``q_i`` says so.
+
+        Raises
+        ------
+        ValueError
+            If nothing is sampleable or an argument is out of range.
+        """
+        return ReplayBatch._make(self._sample(batch_size, is_exponent))
+
+    def get(self, index: npt.NDArray[np.int64]) -> ReplayBatch:
+        """Copy the items named by ``index`` ((n,) int64 handles), with weight 1.
+
+        Raises
+        ------
+        IndexError
+            Naming the first handle that is stale, never issued, or not a transition.
+        """
+        return ReplayBatch._make(self._get(index))
+
+    def rl_columns(self) -> dict[str, np.ndarray]:
+        """Live RL transitions, oldest first, for grouping trajectories (the LLM value critic).
+
+        Returns
+        -------
+        dict
+            ``index``, ``episode``, ``step``, ``action``: (n,) int64; ``reward``, ``original_reward``: (n,)
+            float32; ``done``, ``truncated``: (n,) bool.
+        """
+        return self._rl_columns()
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the whole buffer to ``path`` atomically (see :meth:`load`).
+
+        The file holds a magic string, a format version, a byte-order tag, the configuration, every column,
+        the tree arrays themselves, the write pointers and the generator state, and a checksum; sampling after
+        :meth:`load` is bit-identical to sampling from this buffer. Raises OSError if it cannot be written.
+        """
+        super().save(os.fspath(path))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> MixedReplayBuffer:
+        """Read a buffer written by :meth:`save`.
+
+        Raises
+        ------
+        ValueError
+            Naming the file and the problem, for a truncated or corrupted file, a wrong magic string or
+            version.
+        OSError
+            If the file cannot be opened or read.
+        """
+        buf = cls(1, 3, 1)
+        buf._load(os.fspath(path))
+        return buf
+
+    def __repr__(self) -> str:
+        return (
+            f"MixedReplayBuffer(obs_dim={self.obs_dim}, rl_capacity={self.rl_capacity}, "
+            f"llm_capacity={self.llm_capacity}, alpha={self.alpha}, beta={self.beta}, tau={self.tau}; "
+            f"rl_size={self.rl_size}, llm_size={self.llm_size})"
+        )
