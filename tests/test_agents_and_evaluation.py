@@ -30,7 +30,7 @@ def test_safe_rule_reconnects_a_disconnected_line(make_grid_env) -> None:
     assert action.line_set_status[3] == 1
     assert rule.simulations >= 1
     with pytest.raises(ValueError, match="threshold"):
-        SafeRule(env.action_space, threshold=0.0)
+        SafeRule(env.action_space, threshold=-1.0)
 
 
 def test_agents_decide_only_in_danger(make_grid_env) -> None:
@@ -87,3 +87,14 @@ def test_evaluate_command_end_to_end(tmp_path) -> None:
     bad = subprocess.run([sys.executable, "-m", "ace_hybrid.cli", "evaluate", "--env", "nope", "--agent", "reco"],
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "unknown environment 'nope'" in bad.stderr
+
+
+def test_greedy_expert_outlasts_doing_nothing(make_grid_env) -> None:
+    env = make_grid_env("l2rpn_neurips_2020_track1")
+    pairs = [(1, 1), (1, 3)]  # do nothing loses the grid early on both
+    base = evaluate(env, make_agent("do-nothing", env), pairs, max_steps=400, progress=False).totals()
+    greedy_agent = make_agent("greedy", env, budget=12)
+    greedy = evaluate(env, greedy_agent, pairs, max_steps=400, progress=False).totals()
+    assert base["steps_survived"] < base["max_steps"]
+    assert greedy["steps_survived"] > base["steps_survived"]
+    assert 0 < greedy["simulations"] <= 12 * greedy["decisions"] + greedy_agent.safe_rule.simulations

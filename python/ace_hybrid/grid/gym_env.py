@@ -21,6 +21,10 @@ from ace_hybrid.grid.features import ObservationFeatures
 from ace_hybrid.grid.rules import SafeRule, in_danger
 
 
+#: Bound of the observation box (features are loads in MW, ratios and flags: far below it).
+FEATURE_BOUND = 1e6
+
+
 class GridGymEnv(gym.Env):
     """Grid2Op topology control as a gymnasium environment.
 
@@ -33,7 +37,7 @@ class GridGymEnv(gym.Env):
     scenarios
         Scenario ids episodes are drawn from (all by default); each reset picks one with the reset's generator.
     threshold
-        Danger threshold: the agent acts only when max rho >= threshold.
+        Danger threshold: the agent acts only when max rho >= threshold (0 makes every step a decision).
     max_steps
         Optional cap on environment steps per episode (the episode is truncated there).
     """
@@ -65,7 +69,8 @@ class GridGymEnv(gym.Env):
             raise ValueError(f"max_steps = {max_steps} out of range [1, inf)")
         self.max_steps = max_steps
         self.action_space = gym.spaces.Discrete(len(self.catalog))
-        self.observation_space = gym.spaces.Box(-np.inf, np.inf, shape=(self.features.dim,), dtype=np.float32)
+        self.observation_space = gym.spaces.Box(-FEATURE_BOUND, FEATURE_BOUND, shape=(self.features.dim,),
+                                                dtype=np.float32)
         self._obs: Any = None
         self._steps = 0
 
@@ -84,7 +89,7 @@ class GridGymEnv(gym.Env):
             # No danger state in several episodes (a calm scenario): let the agent act from the start.
             self._obs = reset_episode(self.grid, scenario, episode_seed)
             self._steps = 0
-        return self.features(self._obs), self._info(scenario=scenario, episode_seed=episode_seed + attempt)
+        return self._features(), self._info(scenario=scenario, episode_seed=episode_seed + attempt)
 
     #: Episodes tried per reset to find one that reaches a danger state.
     RESET_ATTEMPTS = 5
@@ -96,7 +101,10 @@ class GridGymEnv(gym.Env):
         if not (terminated or truncated):
             more, terminated, truncated = self._advance_to_danger()
             reward += more
-        return self.features(self._obs), float(reward), terminated, truncated, self._info()
+        return self._features(), float(reward), terminated, truncated, self._info()
+
+    def _features(self) -> np.ndarray:
+        return np.clip(self.features(self._obs), -FEATURE_BOUND, FEATURE_BOUND)
 
     def _grid_step(self, grid_action: Any) -> tuple[float, bool, bool]:
         self._obs, reward, done, info = self.grid.step(grid_action)

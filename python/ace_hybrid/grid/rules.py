@@ -44,8 +44,8 @@ class SafeRule:
     """Number of obs.simulate calls made so far (the evaluation reports it)."""
 
     def __post_init__(self) -> None:
-        if not 0.0 < self.threshold <= 5.0:
-            raise ValueError(f"threshold = {self.threshold} out of range (0, 5]")
+        if not 0.0 <= self.threshold <= 5.0:
+            raise ValueError(f"threshold = {self.threshold} out of range [0, 5]")
         cls = type(self.action_space)
         self._sub_start = np.concatenate(([0], np.cumsum(cls.sub_info)))
 
