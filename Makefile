@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 BUILD_DEPS := "scikit-build-core>=0.10" "pybind11>=2.12" ninja cmake
-TEST_DEPS := numpy "pytest>=8" "hypothesis>=6.100" "pybind11-stubgen>=2.5" grid2op lightsim2grid
+TEST_DEPS := numpy "pytest>=8" "hypothesis>=6.100" "pybind11-stubgen>=2.5" grid2op lightsim2grid gymnasium tqdm
 BENCH_DEPS := "pytest-benchmark>=4" cpprb tianshou torchrl
 CPP_BUILD := build/cpp-tests
 PYTEST_ARGS ?=

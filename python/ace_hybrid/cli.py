@@ -1,0 +1,91 @@
+"""The ``ace-hybrid`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Sequence
+
+
+def _int_list(text: str) -> list[int]:
+    """``"0,1,2"`` or ``"0-2"`` or a mix, as a list of ints."""
+    out: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if "-" in part[1:]:
+            lo, hi = part.split("-", 1) if not part.startswith("-") else (part, part)
+            out.extend(range(int(lo), int(hi) + 1))
+        elif part:
+            out.append(int(part))
+    if not out:
+        raise argparse.ArgumentTypeError(f"{text!r} holds no integers")
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ace-hybrid",
+        description="LLM-guided reinforcement learning for huge discrete action spaces (ACE) on Grid2Op grids.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    ev = sub.add_parser(
+        "evaluate",
+        help="run an agent on fixed (scenario, seed) pairs and report survival, reward, score and time",
+        description="Run an agent on fixed (scenario, seed) pairs of a Grid2Op environment. Writes evaluation.json "
+        "and evaluation.md into --out and prints the markdown table.",
+    )
+    ev.add_argument("--env", required=True, help="environment name, e.g. l2rpn_neurips_2020_track1")
+    ev.add_argument("--agent", required=True,
+                    help="do-nothing | reco | greedy | checkpoint:PATH (a trained agent's checkpoint)")
+    ev.add_argument("--episodes", type=_int_list, default=[0], help="scenario ids, e.g. '0,1' or '0-2' (default 0)")
+    ev.add_argument("--seeds", type=_int_list, default=[0],
+                    help="episode seeds: one for all scenarios or one per scenario (default 0)")
+    ev.add_argument("--env-seed", type=int, default=0, help="seed of the environment's own generators (default 0)")
+    ev.add_argument("--max-steps", type=int, default=None, help="cut every episode after this many steps")
+    ev.add_argument("--threshold", type=float, default=0.9, help="danger threshold on max rho (default 0.9)")
+    ev.add_argument("--budget", type=int, default=30, help="greedy expert: simulations per decision (default 30)")
+    ev.add_argument("--score", action="store_true",
+                    help="also compute grid2op's L2RPN score (runs its reference agents on a writable data copy)")
+    ev.add_argument("--out", type=Path, default=Path("runs/evaluate"), help="output folder (default runs/evaluate)")
+    ev.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    return parser
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from ace_hybrid.evaluate import evaluate, parse_pairs
+    from ace_hybrid.grid.agents import make_agent
+    from ace_hybrid.grid.env import make_env
+
+    pairs = parse_pairs(args.episodes, args.seeds)
+    env = make_env(args.env, seed=args.env_seed)
+    agent = make_agent(args.agent, env, threshold=args.threshold, budget=args.budget)
+    report = evaluate(env, agent, pairs, agent_name=args.agent, max_steps=args.max_steps,
+                      progress=not args.no_progress)
+    if args.score:
+        from ace_hybrid.grid.scores import score_report
+
+        score_report(report, lambda e: make_agent(args.agent, e, threshold=args.threshold, budget=args.budget),
+                     max_steps=args.max_steps)
+    json_path, md_path = report.save(args.out)
+    print(report.to_markdown())
+    print(f"\nwritten: {json_path} and {md_path}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    try:
+        return {"evaluate": cmd_evaluate}[args.command](args)
+    except (ValueError, IndexError, FileNotFoundError) as exc:
+        print(f"ace-hybrid {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

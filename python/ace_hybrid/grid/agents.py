@@ -1,0 +1,145 @@
+"""Baseline agents, all grid2op ``BaseAgent``s running under the activation rule (see :mod:`.rules`).
+
+- :class:`DoNothingAgent`: in danger, does nothing.
+- :class:`RecoPowerlineAgent`: in danger, reconnects the disconnected line whose simulated outcome is best.
+- :class:`GreedyExpertAgent`: in danger, simulates a shortlist of legal catalog actions ranked by a cheap heuristic
+  around the overloaded lines, within a budget of simulations, and keeps the best.
+
+:class:`RuleAgent` is the common frame: it counts decisions (danger states) and simulations, which the evaluation
+reports.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ace_hybrid.grid.rules import SafeRule, in_danger
+
+try:  # grid2op is an optional dependency of the package, required by this module.
+    from grid2op.Agent import BaseAgent
+except ImportError as exc:  # pragma: no cover
+    raise ImportError("ace_hybrid.grid.agents needs grid2op: pip install 'ace-hybrid[grid]'") from exc
+
+
+class RuleAgent(BaseAgent):
+    """A grid2op agent that lets :meth:`decide` choose in danger and the :class:`SafeRule` otherwise.
+
+    Parameters
+    ----------
+    action_space
+        The environment's action space.
+    threshold
+        Danger threshold on max rho (0.9 by default).
+    """
+
+    name = "rule"
+
+    def __init__(self, action_space: Any, threshold: float = 0.9) -> None:
+        super().__init__(action_space)
+        self.threshold = float(threshold)
+        self.safe_rule = SafeRule(action_space, threshold=self.threshold)
+        self.decisions = 0
+        self.simulations = 0
+
+    @property
+    def total_simulations(self) -> int:
+        """Simulations used by the policy and the safe rule."""
+        return self.simulations + self.safe_rule.simulations
+
+    def act(self, observation: Any, reward: float, done: bool = False) -> Any:
+        if in_danger(observation, self.threshold):
+            self.decisions += 1
+            return self.decide(observation)
+        return self.safe_rule(observation)
+
+    def decide(self, observation: Any) -> Any:
+        """The policy's action in a danger state."""
+        raise NotImplementedError
+
+    def _simulate_max_rho(self, observation: Any, action: Any) -> float:
+        """Max rho after ``action`` by one ``obs.simulate``; +inf when it fails, is illegal or ends the episode."""
+        self.simulations += 1
+        sim_obs, _, done, info = observation.simulate(action)
+        if done or info.get("is_illegal", False) or info.get("exception"):
+            return float("inf")
+        return float(np.max(sim_obs.rho))
+
+
+class DoNothingAgent(RuleAgent):
+    """Does nothing in danger (the safe rule still reconnects lines and reverts substations)."""
+
+    name = "do-nothing"
+
+    def decide(self, observation: Any) -> Any:
+        return self.action_space({})
+
+
+class RecoPowerlineAgent(RuleAgent):
+    """In danger, reconnects the reconnectable line with the lowest simulated max rho, if any beats doing nothing."""
+
+    name = "reco"
+
+    def decide(self, observation: Any) -> Any:
+        do_nothing = self.action_space({})
+        status = np.asarray(observation.line_status, dtype=bool)
+        ready = np.flatnonzero(~status & (np.asarray(observation.time_before_cooldown_line) == 0))
+        if ready.size == 0:
+            return do_nothing
+        best, best_rho = do_nothing, self._simulate_max_rho(observation, do_nothing)
+        for line in ready:
+            action = self.action_space({"set_line_status": [(int(line), 1)]})
+            rho = self._simulate_max_rho(observation, action)
+            if rho < best_rho:
+                best, best_rho = action, rho
+        return best
+
+
+class GreedyExpertAgent(RuleAgent):
+    """Simulates a shortlist of legal catalog actions around the overloaded lines and keeps the best.
+
+    Parameters
+    ----------
+    action_space
+        The environment's action space.
+    catalog
+        The :class:`~ace_hybrid.grid.catalog.ActionCatalog` of the environment.
+    budget
+        Simulations per decision (the do-nothing reference included).
+    threshold
+        Danger threshold on max rho.
+    """
+
+    name = "greedy"
+
+    def __init__(self, action_space: Any, catalog: Any, budget: int = 30, threshold: float = 0.9) -> None:
+        super().__init__(action_space, threshold)
+        if budget < 2:
+            raise ValueError(f"budget = {budget} out of range [2, inf): one simulation is the do-nothing reference")
+        self.catalog = catalog
+        self.budget = int(budget)
+
+    def decide(self, observation: Any) -> Any:
+        shortlist = self.catalog.shortlist(observation, self.budget - 1)
+        best_index, best_rho = 0, self._simulate_max_rho(observation, self.catalog.action(0))
+        for index in shortlist:
+            rho = self._simulate_max_rho(observation, self.catalog.action(int(index)))
+            if rho < best_rho:
+                best_index, best_rho = int(index), rho
+        return self.catalog.action(best_index)
+
+
+def make_agent(spec: str, env: Any, *, threshold: float = 0.9, budget: int = 30) -> RuleAgent:
+    """An agent from its command-line name: ``do-nothing``, ``reco``, ``greedy`` or ``checkpoint:PATH``."""
+    if spec == "do-nothing":
+        return DoNothingAgent(env.action_space, threshold)
+    if spec == "reco":
+        return RecoPowerlineAgent(env.action_space, threshold)
+    if spec == "greedy":
+        from ace_hybrid.grid.catalog import ActionCatalog
+
+        return GreedyExpertAgent(env.action_space, ActionCatalog.for_env(env), budget=budget, threshold=threshold)
+    if spec.startswith("checkpoint:"):
+        raise ValueError(f"agent {spec!r}: trained-agent checkpoints arrive with the SAC training loop")
+    raise ValueError(f"unknown agent {spec!r}; valid: do-nothing, reco, greedy, checkpoint:PATH")

@@ -1,0 +1,147 @@
+"""Grid2Op environments with lightsim2grid's backend, addressed reproducibly by (scenario id, seed).
+
+The full L2RPN datasets are used when the user has them in grid2op's data directory; otherwise the small offline
+copies that grid2op ships (``test=True``) are used, and the log says which.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from dataclasses import dataclass
+from typing import Any, Literal
+
+logger = logging.getLogger(__name__)
+
+#: Environments ace_hybrid supports and tests (l2rpn_wcci_2022 only where its full dataset is installed).
+SUPPORTED_ENVS: tuple[str, ...] = (
+    "l2rpn_case14_sandbox",
+    "l2rpn_wcci_2020",
+    "l2rpn_neurips_2020_track1",
+    "l2rpn_icaps_2021",
+    "l2rpn_idf_2023",
+    "l2rpn_wcci_2022",
+)
+
+Dataset = Literal["auto", "full", "test"]
+
+
+@dataclass(frozen=True)
+class DatasetChoice:
+    """Which copy of an environment's data is used."""
+
+    name: str
+    test: bool
+    """True for grid2op's small offline copy, False for the full dataset."""
+    path: str | None
+    """Folder of the full dataset, None for the offline copy."""
+
+    def describe(self) -> str:
+        return f"{self.name}: {'offline test copy shipped with grid2op' if self.test else f'full dataset at {self.path}'}"
+
+
+def _import_grid2op() -> Any:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # grid2op warns about optional accelerators at import
+            import grid2op
+    except ImportError as exc:  # pragma: no cover - depends on the installation
+        raise ImportError("the Grid2Op layer needs grid2op and lightsim2grid: pip install 'ace-hybrid[grid]'") from exc
+    return grid2op
+
+
+def available_envs() -> list[str]:
+    """Names :func:`make_env` accepts here: the supported ones with a full dataset or an offline copy."""
+    grid2op = _import_grid2op()
+    offline = set(grid2op.list_available_test_env())
+    local = set(grid2op.list_available_local_env())
+    return [name for name in SUPPORTED_ENVS if name in offline or name in local]
+
+
+def choose_dataset(name: str, dataset: Dataset = "auto") -> DatasetChoice:
+    """Decide between the full dataset and the offline copy for ``name``.
+
+    Raises ``ValueError`` naming the valid choices for an unknown environment or an unavailable dataset.
+    """
+    if dataset not in ("auto", "full", "test"):
+        raise ValueError(f"dataset={dataset!r} is not one of 'auto', 'full', 'test'")
+    grid2op = _import_grid2op()
+    if name not in SUPPORTED_ENVS:
+        raise ValueError(f"unknown environment {name!r}; available here: {', '.join(available_envs())}")
+    full_path = os.path.join(grid2op.get_current_local_dir(), name)
+    has_full = name in set(grid2op.list_available_local_env()) and os.path.isdir(full_path)
+    has_test = name in set(grid2op.list_available_test_env())
+    if dataset == "full" or (dataset == "auto" and has_full):
+        if not has_full:
+            raise ValueError(f"dataset='full' but {name!r} is not in grid2op's data directory {full_path}")
+        return DatasetChoice(name, test=False, path=full_path)
+    if not has_test:
+        raise ValueError(f"{name!r} has no offline copy in this grid2op and no full dataset at {full_path}")
+    return DatasetChoice(name, test=True, path=None)
+
+
+def make_env(
+    name: str,
+    *,
+    seed: int,
+    backend: Literal["lightsim", "pandapower"] = "lightsim",
+    dataset: Dataset = "auto",
+    **kwargs: Any,
+) -> Any:
+    """Make a Grid2Op environment.
+
+    Parameters
+    ----------
+    name
+        One of :data:`SUPPORTED_ENVS`.
+    seed
+        Seed of the environment's generators (opponent, maintenance, ...); episodes also take their own seed in
+        :func:`reset_episode`.
+    backend
+        ``"lightsim"`` (lightsim2grid, fast, the default) or ``"pandapower"``.
+    dataset
+        ``"auto"`` uses the full dataset when installed and the offline copy otherwise.
+    **kwargs
+        Passed to ``grid2op.make`` (e.g. ``param=``, ``opponent_class=``).
+    """
+    choice = choose_dataset(name, dataset)
+    grid2op = _import_grid2op()
+    if backend == "lightsim":
+        from lightsim2grid import LightSimBackend
+
+        backend_obj: Any = LightSimBackend()
+    elif backend == "pandapower":
+        from grid2op.Backend import PandaPowerBackend
+
+        backend_obj = PandaPowerBackend()
+    else:
+        raise ValueError(f"backend={backend!r} is not one of 'lightsim', 'pandapower'")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "you are using a test environment" and similar notices
+        if choice.test:
+            env = grid2op.make(name, test=True, backend=backend_obj, **kwargs)
+        else:
+            env = grid2op.make(choice.path, backend=backend_obj, **kwargs)
+    env.seed(int(seed))
+    logger.info("environment %s", choice.describe())
+    env.ace_dataset = choice  # which copy is in use travels with the env
+    return env
+
+
+def n_scenarios(env: Any) -> int:
+    """Number of scenarios (time series) the environment holds."""
+    return len(env.chronics_handler.real_data.available_chronics())
+
+
+def reset_episode(env: Any, scenario: int, seed: int) -> Any:
+    """Reset ``env`` to scenario ``scenario`` with episode seed ``seed`` and return the first observation.
+
+    Seeds change opponents and maintenance, hence results: an episode is the pair (scenario, seed).
+    """
+    count = n_scenarios(env)
+    if not 0 <= scenario < count:
+        raise IndexError(f"scenario {scenario} out of range [0, {count}) for {env.env_name}")
+    if seed < 0:
+        raise ValueError(f"seed {seed} must be >= 0")
+    return env.reset(seed=int(seed), options={"time serie id": int(scenario)})

@@ -1,0 +1,100 @@
+"""Baselines under the activation rule, the evaluation report and the `evaluate` command."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("grid2op")
+from ace_hybrid.evaluate import evaluate, parse_pairs
+from ace_hybrid.grid.agents import DoNothingAgent, RecoPowerlineAgent, make_agent
+from ace_hybrid.grid.env import reset_episode
+from ace_hybrid.grid.rules import SafeRule, in_danger
+
+pytestmark = pytest.mark.grid2op
+
+
+def test_safe_rule_reconnects_a_disconnected_line(make_grid_env) -> None:
+    env = make_grid_env("l2rpn_case14_sandbox")
+    reset_episode(env, 0, 0)
+    obs, *_ = env.step(env.action_space({"set_line_status": [(3, -1)]}))
+    for _ in range(env.parameters.NB_TIMESTEP_COOLDOWN_LINE):
+        obs, *_ = env.step(env.action_space({}))
+    assert not obs.line_status[3] and obs.time_before_cooldown_line[3] == 0
+    rule = SafeRule(env.action_space, threshold=0.99)
+    action = rule(obs)
+    assert action.line_set_status[3] == 1
+    assert rule.simulations >= 1
+    with pytest.raises(ValueError, match="threshold"):
+        SafeRule(env.action_space, threshold=-1.0)
+
+
+def test_agents_decide_only_in_danger(make_grid_env) -> None:
+    env = make_grid_env("l2rpn_neurips_2020_track1")
+    obs = reset_episode(env, 1, 1)
+    agent = DoNothingAgent(env.action_space, threshold=0.9)
+    dangers = 0
+    for _ in range(120):
+        dangers += in_danger(obs, 0.9)
+        obs, _, done, _ = env.step(agent.act(obs, 0.0))
+        if done:
+            break
+    assert agent.decisions == dangers
+
+
+def test_evaluation_reports_every_episode_and_totals(make_grid_env, tmp_path) -> None:
+    env = make_grid_env("l2rpn_neurips_2020_track1")
+    report = evaluate(env, RecoPowerlineAgent(env.action_space), [(0, 0), (1, 1)], max_steps=60, progress=False)
+    totals = report.totals()
+    assert [(e.scenario, e.seed) for e in report.episodes] == [(0, 0), (1, 1)]
+    assert totals["max_steps"] == 120 and 0 < totals["steps_survived"] <= 120
+    assert totals["survival_rate"] == pytest.approx(totals["steps_survived"] / 120)
+    assert all(e.wall_time_s > 0 for e in report.episodes)
+    json_path, md_path = report.save(tmp_path)
+    data = json.loads(json_path.read_text())
+    assert data["totals"]["steps_survived"] == totals["steps_survived"]
+    assert "| **all** |" in md_path.read_text()
+    again = evaluate(env, RecoPowerlineAgent(env.action_space), [(0, 0), (1, 1)], max_steps=60, progress=False)
+    assert [e.cumulative_reward for e in again.episodes] == [e.cumulative_reward for e in report.episodes]
+
+
+def test_pairs_broadcast_one_seed_and_reject_mismatches() -> None:
+    assert parse_pairs([0, 1], [5]) == [(0, 5), (1, 5)]
+    with pytest.raises(ValueError, match="2 scenarios but 3 seeds"):
+        parse_pairs([0, 1], [1, 2, 3])
+
+
+def test_unknown_agent_lists_the_valid_ones(make_grid_env) -> None:
+    with pytest.raises(ValueError, match="do-nothing, reco, greedy"):
+        make_agent("genius", make_grid_env("l2rpn_case14_sandbox"))
+
+
+def test_evaluate_command_end_to_end(tmp_path) -> None:
+    out = tmp_path / "eval"
+    proc = subprocess.run(
+        [sys.executable, "-m", "ace_hybrid.cli", "evaluate", "--env", "l2rpn_case14_sandbox", "--agent", "reco",
+         "--episodes", "0", "--seeds", "3", "--max-steps", "40", "--out", str(out), "--no-progress"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "| **all** |" in proc.stdout
+    data = json.loads((out / "evaluation.json").read_text())
+    assert data["episodes"][0]["seed"] == 3 and data["episodes"][0]["max_steps"] == 40
+    bad = subprocess.run([sys.executable, "-m", "ace_hybrid.cli", "evaluate", "--env", "nope", "--agent", "reco"],
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "unknown environment 'nope'" in bad.stderr
+
+
+def test_greedy_expert_outlasts_doing_nothing(make_grid_env) -> None:
+    env = make_grid_env("l2rpn_neurips_2020_track1")
+    pairs = [(1, 1), (1, 3)]  # do nothing loses the grid early on both
+    base = evaluate(env, make_agent("do-nothing", env), pairs, max_steps=400, progress=False).totals()
+    greedy_agent = make_agent("greedy", env, budget=12)
+    greedy = evaluate(env, greedy_agent, pairs, max_steps=400, progress=False).totals()
+    assert base["steps_survived"] < base["max_steps"]
+    assert greedy["steps_survived"] > base["steps_survived"]
+    assert 0 < greedy["simulations"] <= 12 * greedy["decisions"] + greedy_agent.safe_rule.simulations
