@@ -208,3 +208,22 @@ def test_implementation_failing_mid_run_is_reported_not_dropped(monkeypatch: pyt
     assert len(report.rows) == len(cp.SMALL_SIZES) * (len(cp.OPS) + len(cp.BYTES_ROWS))
     for row in report.rows:
         assert row[numpy_col] == "unavailable (train failed: RuntimeError: boom)"
+
+
+@pytest.mark.grid2op
+def test_kernel_sections_report_every_row_and_goal(tmp_path: Path) -> None:
+    """The sampling, mask, enumeration and catalog sections run end to end at small sizes."""
+    pytest.importorskip("grid2op")
+    js = tmp_path / "kernels.json"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    cmd = [sys.executable, str(SCRIPT), "--sizes", "small", "--rounds", "1", "--block-seconds", "0.002",
+           "--only", "sampling", "--only", "mask", "--only", "enumeration", "--only", "catalog", "--json", str(js)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(js.read_text())
+    for key in ("sampling", "mask", "enumeration", "catalog"):
+        assert data[key]["rows"], key
+        assert data[key]["goals"], key
+        assert all(g["status"] in ("PASS", "FAIL", "UNKNOWN") for g in data[key]["goals"])
+    assert data["enumeration"]["rows"][0][1] == data["enumeration"]["rows"][1][1]  # same count as grid2op
