@@ -867,6 +867,73 @@ def catalog_section(cfg: RunConfig) -> SectionReport:
     )
 
 
+@section("training", "Training throughput: environment steps/s in the training loop vs raw stepping")
+def training_section(cfg: RunConfig) -> SectionReport:
+    import tempfile
+
+    name = "l2rpn_neurips_2020_track1" if cfg.sizes == "full" else "l2rpn_case14_sandbox"
+    steps = 3_000 if cfg.sizes == "full" else 200
+    title = f"Training loop overhead on {name} ({steps:,} environment steps)"
+    header = ["loop", "env steps/s", "environment time", "network updates", "everything else",
+              "everything else / environment"]
+    env, reason = _grid2op_env(name)
+    try:
+        from ace_hybrid.config import load_config
+        from ace_hybrid.grid.agents import DoNothingAgent
+        from ace_hybrid.grid.env import reset_episode
+        from ace_hybrid.train import train
+    except ImportError as exc:
+        env, reason = None, str(exc)
+    if env is None:
+        return SectionReport("training", title, header, [["-", f"unavailable ({reason})", "", "", "", ""]],
+                             goals=[Goal("overhead outside the update < 20% of environment time", "UNKNOWN",
+                                         str(reason))])
+    # Raw stepping: the do-nothing agent under the same activation rule, episodes as in training.
+    agent = DoNothingAgent(env.action_space)
+    env_time, total_time, done_steps, episode = 0.0, 0.0, 0, 0
+    t_start = time.perf_counter()
+    while done_steps < steps:
+        obs, done = reset_episode(env, episode % 2, 1000 + episode), False
+        episode += 1
+        while not done and done_steps < steps:
+            action = agent.act(obs, 0.0)
+            t0 = time.perf_counter()
+            obs, _, done, _ = env.step(action)
+            env_time += time.perf_counter() - t0
+            done_steps += 1
+    total_time = time.perf_counter() - t_start
+    env.close()
+    overrides = [f"env.name={name}", "env.train_scenarios=[0, 1]", "env.eval_pairs=[[0, 0]]",
+                 f"train.total_env_steps={steps}", "train.eval_every=0", f"train.checkpoint_every={10 * steps}",
+                 "log.tensorboard=false", "log.progress=false", f"train.seed={cfg.seed}"]
+    if cfg.sizes != "full":
+        overrides += ["sac.hidden=[32]", "sac.embed_dim=8", "sac.batch_size=16", "train.learning_starts=8"]
+    with tempfile.TemporaryDirectory() as tmp:
+        summary = train(load_config(None, overrides), Path(tmp) / "run")
+    split = summary["time_split"]
+    loop = summary["train_seconds"]
+    other = loop - split["env"] - split["update"]
+    raw_other = total_time - env_time
+    # The training loop's own overhead: what it spends beyond what the raw loop (same activation rule) spends.
+    ratio = other / split["env"] - raw_other / env_time
+    rows = [
+        ["raw: do-nothing agent + safe rule", f"{steps / total_time:,.0f}", fmt_time(env_time), "-",
+         fmt_time(raw_other), f"{raw_other / env_time:.0%}"],
+        [f"training loop ({summary['decisions']} decisions, {summary['updates']} updates)", f"{steps / loop:,.0f}",
+         fmt_time(split["env"]), fmt_time(split["update"]), fmt_time(other), f"{ratio:.0%}"],
+    ]
+    return SectionReport(
+        "training", title, header, rows,
+        goals=[Goal("training overhead outside the update < 20% of environment time", "PASS" if ratio < 0.2 else
+                    "FAIL", f"{ratio:.0%} of environment time beyond the raw loop's own {raw_other / env_time:.0%}")],
+        notes=["'everything else' is the loop's time minus env.step and the SAC updates: features, masks, the policy's "
+               "forward pass at decisions, replay adds and samples, the safe rule's simulations, logging. The raw "
+               "loop's 'everything else' is the activation rule's own cost (its simulations of reconnections); the goal "
+               "counts the difference of the two ratios."],
+        data={"overhead_ratio": ratio, "raw_steps_per_s": steps / total_time, "train_steps_per_s": steps / loop},
+    )
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=7, help="timed rounds (default 7)")

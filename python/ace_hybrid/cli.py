@@ -52,7 +52,55 @@ def build_parser() -> argparse.ArgumentParser:
                     help="also compute grid2op's L2RPN score (runs its reference agents on a writable data copy)")
     ev.add_argument("--out", type=Path, default=Path("runs/evaluate"), help="output folder (default runs/evaluate)")
     ev.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    tr = sub.add_parser(
+        "train",
+        help="train an agent (SAC; ACE once the LLM is configured) and write a run directory",
+        description="Train on a Grid2Op environment. The configuration is the defaults, then --config FILE.toml, "
+        "then every --set key=value. A run directory holds checkpoints, the replay, metrics.jsonl, TensorBoard "
+        "events and evaluations; --resume continues a stopped run from its last checkpoint.",
+    )
+    tr.add_argument("--config", type=Path, default=None, help="a TOML file (see configs/)")
+    tr.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="override one field, e.g. --set sac.lr_actor=1e-4 --set train.total_env_steps=5000")
+    tr.add_argument("--run-dir", type=Path, default=None, help="output folder (default runs/<env>-<time>)")
+    tr.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR",
+                    help="continue the run in RUN_DIR from its last checkpoint (only train.total_env_steps may "
+                    "be changed, with --set)")
+    tr.add_argument("--help-config", action="store_true", help="list every configuration field with its default")
     return parser
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    import time
+
+    from ace_hybrid.config import Config, describe_fields, load_config
+    from ace_hybrid.train import train
+
+    if args.help_config:
+        print("\n".join(describe_fields(Config())))
+        return 0
+    if args.resume is not None:
+        steps = None
+        for text in args.overrides:
+            key, _, value = text.partition("=")
+            if key.strip() != "train.total_env_steps":
+                raise ValueError(f"--resume continues with the run's saved configuration: only "
+                                 f"train.total_env_steps may be set, not {key.strip()!r}")
+            steps = int(value.replace("_", ""))
+        if args.config is not None:
+            raise ValueError("--resume uses the run's saved configuration: drop --config")
+        summary = train(None, args.resume, resume=True, total_env_steps=steps)
+    else:
+        cfg = load_config(args.config, args.overrides)
+        run_dir = args.run_dir or Path("runs") / f"{cfg.env.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        summary = train(cfg, run_dir)
+    last = summary["last_eval"]
+    print(f"trained {summary['env_steps']} environment steps, {summary['decisions']} decisions, "
+          f"{summary['updates']} updates in {summary['train_seconds']:.0f} s")
+    if last:
+        print(f"held-out survival {last['survival_rate']:.1%} (best {summary['best_survival']:.1%}); "
+              f"run directory: {summary['run_dir']}")
+    return 0
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -81,8 +129,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
     try:
-        return {"evaluate": cmd_evaluate}[args.command](args)
-    except (ValueError, IndexError, FileNotFoundError) as exc:
+        return {"evaluate": cmd_evaluate, "train": cmd_train}[args.command](args)
+    except (ValueError, IndexError, FileNotFoundError, FileExistsError) as exc:
         print(f"ace-hybrid {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

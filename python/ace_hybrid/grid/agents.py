@@ -141,5 +141,7 @@ def make_agent(spec: str, env: Any, *, threshold: float = 0.9, budget: int = 30)
 
         return GreedyExpertAgent(env.action_space, ActionCatalog.for_env(env), budget=budget, threshold=threshold)
     if spec.startswith("checkpoint:"):
-        raise ValueError(f"agent {spec!r}: trained-agent checkpoints arrive with the SAC training loop")
+        from ace_hybrid.train import load_agent
+
+        return load_agent(spec.split(":", 1)[1], env)
     raise ValueError(f"unknown agent {spec!r}; valid: do-nothing, reco, greedy, checkpoint:PATH")

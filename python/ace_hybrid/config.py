@@ -1,0 +1,314 @@
+"""Configuration: a tree of dataclasses, one documented default per field, loaded from TOML and ``--set`` overrides.
+
+Every field carries its documentation as a string literal right below it (shown by ``ace-hybrid train --help-config``).
+An unknown key or a value of the wrong type fails at start-up with a ``ValueError`` naming it; each section's
+``validate`` checks ranges.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import sys
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+from ace_hybrid.sac import SACConfig
+
+
+def _check(cond: bool, name: str, value: Any, valid: str) -> None:
+    if not cond:
+        raise ValueError(f"{name} = {value!r} is invalid: {valid}")
+
+
+@dataclass
+class EnvConfig:
+    """The Grid2Op environment and the episodes used for training and evaluation."""
+
+    name: str = "l2rpn_neurips_2020_track1"
+    """Grid2Op environment (see ``ace_hybrid.grid.env.SUPPORTED_ENVS``)."""
+    env_seed: int = 0
+    """Seed of the environment's own generators."""
+    threshold: float = 0.9
+    """Danger threshold on max rho: the agent decides only at or above it (the safe rule acts below)."""
+    train_scenarios: list[int] = field(default_factory=lambda: [0, 1])
+    """Scenario ids training episodes cycle through."""
+    train_seed_start: int = 1000
+    """Training episode k uses seed train_seed_start + k (disjoint from the evaluation seeds)."""
+    eval_pairs: list[list[int]] = field(default_factory=lambda: [[0, 0], [1, 1], [0, 2], [1, 3]])
+    """Held-out (scenario, seed) pairs for evaluation. The offline copies hold 1-3 scenarios, so held-out means
+    unseen seeds (opponent attacks and maintenance differ)."""
+    max_episode_steps: int = 0
+    """Cut training episodes after this many environment steps (0: the scenario's full length)."""
+    eval_max_steps: int = 0
+    """Cut evaluation episodes after this many steps (0: full length)."""
+
+    def validate(self) -> None:
+        _check(0.0 <= self.threshold <= 5.0, "env.threshold", self.threshold, "must be in [0, 5]")
+        _check(len(self.train_scenarios) > 0, "env.train_scenarios", self.train_scenarios, "must not be empty")
+        _check(all(len(p) == 2 for p in self.eval_pairs) and len(self.eval_pairs) > 0, "env.eval_pairs",
+               self.eval_pairs, "must be a non-empty list of [scenario, seed]")
+        _check(self.max_episode_steps >= 0, "env.max_episode_steps", self.max_episode_steps, "must be >= 0")
+        _check(self.eval_max_steps >= 0, "env.eval_max_steps", self.eval_max_steps, "must be >= 0")
+
+
+@dataclass
+class RewardConfig:
+    """The reward of one decision (a semi-MDP transition spanning k environment steps).
+
+    R = sum over the k steps of ``step_scale * (1 + margin_weight * clip(1 - max_rho, -1, 1))``, minus
+    ``blackout_penalty`` if the grid collapses. Surviving is worth about ``step_scale`` a step, a comfortable margin a
+    little more; a blackout makes R negative, so ``r_bar = 0`` marks the transitions that lost the grid.
+    """
+
+    step_scale: float = 0.01
+    """Reward per environment step survived."""
+    margin_weight: float = 0.5
+    """Weight of the loading margin (1 - max rho) in the per-step reward."""
+    blackout_penalty: float = 1.0
+    """Subtracted from the reward of the transition that ends in a blackout."""
+
+    def validate(self) -> None:
+        _check(self.step_scale > 0, "reward.step_scale", self.step_scale, "must be > 0")
+        _check(0 <= self.margin_weight <= 1, "reward.margin_weight", self.margin_weight, "must be in [0, 1]")
+        _check(self.blackout_penalty >= 0, "reward.blackout_penalty", self.blackout_penalty, "must be >= 0")
+
+
+@dataclass
+class ReplayConfig:
+    """The mixed prioritised replay (ACE's Eq. 8)."""
+
+    rl_capacity: int = 100_000
+    """Capacity of the RL partition (observation slots)."""
+    llm_capacity: int = 20_000
+    """Capacity of the LLM partition."""
+    alpha: float = 0.6
+    """Priority exponent of the RL partition (0: uniform)."""
+    beta: float = 0.25
+    """Fraction of each batch drawn from the LLM partition when it has data."""
+    tau: float = 1.0
+    """Temperature of Eq. 8: LLM items are drawn with probability proportional to I_v exp((r_hat - r) / tau)."""
+    is_exponent: float = 0.4
+    """Importance-sampling exponent w of the weights (N q_i)^-w."""
+    priority_eps: float = 1e-3
+    """Added to |TD error| to form a priority, so no transition becomes unsampleable."""
+
+    def validate(self) -> None:
+        _check(self.rl_capacity >= 3, "replay.rl_capacity", self.rl_capacity, "must be >= 3")
+        _check(self.llm_capacity >= 1, "replay.llm_capacity", self.llm_capacity, "must be >= 1")
+        _check(0 <= self.alpha <= 1, "replay.alpha", self.alpha, "must be in [0, 1]")
+        _check(0 <= self.beta <= 1, "replay.beta", self.beta, "must be in [0, 1]")
+        _check(self.tau > 0, "replay.tau", self.tau, "must be > 0")
+        _check(0 <= self.is_exponent <= 1, "replay.is_exponent", self.is_exponent, "must be in [0, 1]")
+        _check(self.priority_eps > 0, "replay.priority_eps", self.priority_eps, "must be > 0")
+
+
+@dataclass
+class TrainConfig:
+    """The training loop's budget and rhythm."""
+
+    total_env_steps: int = 20_000
+    """Environment steps to train for (safe-rule steps included)."""
+    learning_starts: int = 64
+    """Decisions stored before the first update."""
+    updates_per_decision: int = 1
+    """SAC updates after each stored decision."""
+    eval_every: int = 5_000
+    """Evaluate on the held-out pairs every this many environment steps (0: only at the end)."""
+    checkpoint_every: int = 2_000
+    """Write a checkpoint every this many environment steps (and at the end)."""
+    seed: int = 0
+    """Seed of the networks, the replay and the exploration."""
+    torch_threads: int = 0
+    """torch.set_num_threads (0: leave PyTorch's default)."""
+
+    def validate(self) -> None:
+        _check(self.total_env_steps > 0, "train.total_env_steps", self.total_env_steps, "must be > 0")
+        _check(self.learning_starts >= 1, "train.learning_starts", self.learning_starts, "must be >= 1")
+        _check(self.updates_per_decision >= 0, "train.updates_per_decision", self.updates_per_decision,
+               "must be >= 0")
+        _check(self.eval_every >= 0, "train.eval_every", self.eval_every, "must be >= 0")
+        _check(self.checkpoint_every > 0, "train.checkpoint_every", self.checkpoint_every, "must be > 0")
+        _check(self.torch_threads >= 0, "train.torch_threads", self.torch_threads, "must be >= 0")
+
+
+@dataclass
+class LogConfig:
+    """Logging."""
+
+    tensorboard: bool = True
+    """Write TensorBoard event files into the run directory (needs tensorboardX)."""
+    progress: bool = True
+    """Show a live progress bar."""
+    log_every: int = 100
+    """Write a metrics line every this many environment steps."""
+
+    def validate(self) -> None:
+        _check(self.log_every > 0, "log.log_every", self.log_every, "must be > 0")
+
+
+@dataclass
+class Config:
+    """The whole configuration of a run."""
+
+    env: EnvConfig = field(default_factory=EnvConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    replay: ReplayConfig = field(default_factory=ReplayConfig)
+    sac: SACConfig = field(default_factory=SACConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+
+    def validate(self) -> "Config":
+        for f in dataclasses.fields(self):
+            getattr(self, f.name).validate()
+        if self.replay.rl_capacity < self.sac.batch_size:
+            raise ValueError(f"replay.rl_capacity = {self.replay.rl_capacity} must be >= sac.batch_size = "
+                             f"{self.sac.batch_size}")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _coerce(value: Any, annotation: Any, name: str) -> Any:
+    """``value`` as the field's declared type, or ValueError naming the key."""
+    origin = typing.get_origin(annotation)
+    if annotation is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0"):
+            return value.lower() in ("true", "1")
+    elif annotation is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str):
+            try:
+                return int(value.replace("_", ""))
+            except ValueError:
+                pass
+    elif annotation is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+    elif annotation is str:
+        if isinstance(value, str):
+            return value
+    elif origin in (list, tuple):
+        if isinstance(value, str):
+            try:
+                value = ast.literal_eval(value)
+            except (ValueError, SyntaxError):
+                raise ValueError(f"{name} = {value!r} is not a list literal") from None
+        if isinstance(value, (list, tuple)):
+            args = typing.get_args(annotation)
+            inner = args[0] if args else Any
+            items = [v if inner is Any or typing.get_origin(inner) is not None else _coerce(v, inner, name)
+                     for v in value]
+            return tuple(items) if origin is tuple else items
+    raise ValueError(f"{name} = {value!r} is not a valid {getattr(annotation, '__name__', annotation)}")
+
+
+def _apply(obj: Any, values: dict[str, Any], prefix: str) -> None:
+    hints = typing.get_type_hints(type(obj))
+    names = {f.name for f in dataclasses.fields(obj)}
+    for key, value in values.items():
+        full = f"{prefix}{key}"
+        if key not in names:
+            raise ValueError(f"unknown configuration key {full!r}; valid keys here: {', '.join(sorted(names))}")
+        current = getattr(obj, key)
+        if dataclasses.is_dataclass(current):
+            if not isinstance(value, dict):
+                raise ValueError(f"{full} is a section: give a table, not {value!r}")
+            _apply(current, value, f"{full}.")
+        else:
+            setattr(obj, key, _coerce(value, hints[key], full))
+
+
+def parse_override(text: str) -> dict[str, Any]:
+    """``"sac.lr_actor=1e-4"`` -> ``{"sac": {"lr_actor": "1e-4"}}`` (values are coerced by field type later)."""
+    if "=" not in text:
+        raise ValueError(f"override {text!r} must look like section.key=value")
+    key, value = text.split("=", 1)
+    out: dict[str, Any] = {}
+    node = out
+    parts = key.strip().split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+    node[parts[-1]] = value.strip()
+    return out
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """The defaults, then the TOML file, then each ``key=value`` override; validated."""
+    cfg = Config()
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise FileNotFoundError(f"configuration file {p} does not exist")
+        with p.open("rb") as f:
+            try:
+                data = tomllib.load(f)
+            except tomllib.TOMLDecodeError as exc:
+                raise ValueError(f"{p}: {exc}") from None
+        _apply(cfg, data, "")
+    for text in overrides or []:
+        _apply(cfg, parse_override(text), "")
+    return cfg.validate()
+
+
+def config_from_dict(data: dict[str, Any]) -> Config:
+    """Rebuild a :class:`Config` saved with :meth:`Config.to_dict` (checkpoints)."""
+    cfg = Config()
+    _apply(cfg, data, "")
+    return cfg.validate()
+
+
+def describe_fields(obj: Any = None, prefix: str = "") -> list[str]:
+    """``key = default  # doc`` lines for every field (``ace-hybrid train --help-config``)."""
+    import inspect
+
+    obj = Config() if obj is None else obj
+    try:
+        source = inspect.getsource(type(obj))
+    except (OSError, TypeError):
+        source = ""
+    lines: list[str] = []
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if dataclasses.is_dataclass(value):
+            lines.append(f"[{prefix}{f.name}]")
+            lines += describe_fields(value, f"{prefix}{f.name}.")
+            continue
+        doc = _field_doc(source, f.name)
+        lines.append(f"  {prefix}{f.name} = {value!r}" + (f"  # {doc}" if doc else ""))
+    return lines
+
+
+def _field_doc(source: str, name: str) -> str:
+    """The string literal right after ``name: ... = ...`` in a class body."""
+    lines = source.splitlines()
+    for i, line in enumerate(lines):
+        if line.strip().startswith(f"{name}:") and i + 1 < len(lines):
+            nxt = lines[i + 1].strip()
+            if nxt.startswith('"""'):
+                doc = nxt.strip('"')
+                j = i + 2
+                while not nxt.endswith('"""') or nxt == '"""':
+                    if j >= len(lines):
+                        break
+                    nxt = lines[j].strip()
+                    doc += " " + nxt.strip('"')
+                    j += 1
+                return " ".join(doc.split())
+    return ""

@@ -1,0 +1,133 @@
+"""The training loop end to end on the 14-substation grid: files, determinism, kill and resume, checkpoints."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("grid2op")
+import torch
+
+from ace_hybrid.config import load_config
+from ace_hybrid.train import load_checkpoint_file, train
+
+pytestmark = pytest.mark.grid2op
+
+TINY = [
+    "env.name=l2rpn_case14_sandbox", "env.train_scenarios=[0, 1]", "env.eval_pairs=[[2, 0]]",
+    "env.threshold=0.5", "env.eval_max_steps=40", "env.max_episode_steps=120",
+    "sac.hidden=[32]", "sac.embed_dim=8", "sac.batch_size=16",
+    "replay.rl_capacity=2000", "replay.llm_capacity=10",
+    "train.learning_starts=16", "train.checkpoint_every=100", "train.eval_every=150", "train.torch_threads=1",
+    "log.progress=false", "log.log_every=50",
+]
+
+
+def tiny(steps: int, *extra: str):
+    return load_config(None, [*TINY, f"train.total_env_steps={steps}", *extra])
+
+
+def test_a_run_writes_everything_a_user_needs(tmp_path: Path) -> None:
+    summary = train(tiny(300), tmp_path / "run")
+    run = tmp_path / "run"
+    assert summary["env_steps"] == 300 and summary["updates"] > 0 and summary["decisions"] > 16
+    for name in ("config.json", "checkpoint.pt", "best.pt", "metrics.jsonl"):
+        assert (run / name).is_file(), name
+    assert list(run.glob("events.*")), "TensorBoard event file"
+    assert len(list(run.glob("replay-*.bin"))) >= 1
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert any("eval/survival_rate" in x for x in lines) and any("sac/critic_loss" in x for x in lines)
+    assert (run / "eval").is_dir() and list((run / "eval").glob("*/evaluation.json"))
+    state = load_checkpoint_file(run / "checkpoint.pt")
+    assert state["counters"]["env_steps"] == 300
+    with pytest.raises(FileExistsError, match="--resume"):
+        train(tiny(300), run)
+
+
+def test_same_seed_same_first_updates(tmp_path: Path) -> None:
+    def params(run_dir: Path) -> list[torch.Tensor]:
+        train(tiny(120, "train.eval_every=0", "log.tensorboard=false"), run_dir)
+        sac = load_checkpoint_file(run_dir / "checkpoint.pt")["sac"]
+        return [t for t in _tensors(sac)]
+
+    a, b = params(tmp_path / "a"), params(tmp_path / "b")
+    assert len(a) > 0 and all(torch.equal(x, y) for x, y in zip(a, b))
+    c = train(tiny(120, "train.eval_every=0", "log.tensorboard=false", "train.seed=1"), tmp_path / "c")
+    other = _tensors(load_checkpoint_file(tmp_path / "c" / "checkpoint.pt")["sac"])
+    assert c["updates"] > 0 and not all(torch.equal(x, y) for x, y in zip(a, other))
+
+
+def _tensors(obj) -> list[torch.Tensor]:
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, dict):
+        return [t for k in sorted(obj, key=str) for t in _tensors(obj[k])]
+    if isinstance(obj, (list, tuple)):
+        return [t for v in obj for t in _tensors(v)]
+    return []
+
+
+def test_sigkill_then_resume_loses_nothing_saved(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    args = [a for s in TINY for a in ("--set", s)] + ["--set", "train.total_env_steps=600", "--set",
+                                                       "train.checkpoint_every=50"]
+    cmd = [sys.executable, "-m", "ace_hybrid.cli", "train", *args, "--run-dir", str(run)]
+    log = tmp_path / "stderr.txt"
+    with log.open("wb") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+    deadline = time.time() + 240
+    try:
+        while time.time() < deadline:
+            if (run / "checkpoint.pt").exists():
+                state = load_checkpoint_file(run / "checkpoint.pt")
+                if state["counters"]["env_steps"] >= 150:
+                    break
+            assert proc.poll() is None, log.read_text()[-2000:]
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=30)
+    saved = load_checkpoint_file(run / "checkpoint.pt")
+    saved_steps, saved_decisions = saved["counters"]["env_steps"], saved["counters"]["decisions"]
+    assert 150 <= saved_steps < 600
+    from ace_hybrid.replay import MixedReplayBuffer
+
+    saved_replay = len(MixedReplayBuffer.load(run / saved["replay_file"]))
+    resumed = subprocess.run([sys.executable, "-m", "ace_hybrid.cli", "train", "--resume", str(run)],
+                             capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    final = load_checkpoint_file(run / "checkpoint.pt")
+    assert final["counters"]["env_steps"] == 600
+    assert final["counters"]["decisions"] > saved_decisions
+    assert len(MixedReplayBuffer.load(run / final["replay_file"])) >= saved_replay
+    steps = [json.loads(x)["env_steps"] for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == sorted(steps), "metrics written after the checkpoint by the killed run were dropped"
+
+
+def test_a_checkpoint_is_an_agent_for_evaluate(tmp_path: Path) -> None:
+    train(tiny(150, "train.eval_every=0", "log.tensorboard=false"), tmp_path / "run")
+    out = tmp_path / "eval"
+    proc = subprocess.run(
+        [sys.executable, "-m", "ace_hybrid.cli", "evaluate", "--env", "l2rpn_case14_sandbox", "--agent",
+         f"checkpoint:{tmp_path / 'run' / 'checkpoint.pt'}", "--episodes", "0", "--seeds", "5",
+         "--max-steps", "30", "--out", str(out), "--no-progress"],
+        capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads((out / "evaluation.json").read_text())["totals"]["max_steps"] == 30
+
+
+def test_damaged_checkpoint_is_a_clear_error(tmp_path: Path) -> None:
+    bad = tmp_path / "checkpoint.pt"
+    bad.write_bytes(b"\x00garbage")
+    with pytest.raises(ValueError, match="not a readable checkpoint"):
+        load_checkpoint_file(bad)
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        load_checkpoint_file(tmp_path / "missing.pt")
