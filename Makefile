@@ -4,7 +4,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 BUILD_DEPS := "scikit-build-core>=0.10" "pybind11>=2.12" ninja cmake
-TEST_DEPS := numpy "pytest>=8" "hypothesis>=6.100" "pybind11-stubgen>=2.5" grid2op lightsim2grid gymnasium tqdm
+TEST_DEPS := numpy "pytest>=8" "hypothesis>=6.100" "pybind11-stubgen>=2.5" grid2op lightsim2grid gymnasium tqdm tensorboardX
+# The CPU build of PyTorch, installed before anything that depends on torch (a bare requirement pulls CUDA).
+TORCH := torch==2.13.0
 BENCH_DEPS := "pytest-benchmark>=4" cpprb tianshou torchrl
 CPP_BUILD := build/cpp-tests
 PYTEST_ARGS ?=
@@ -23,6 +25,7 @@ help:
 $(VENV)/.deps: pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
+	$(PIP) install -q $(TORCH)
 	$(PIP) install -q $(BUILD_DEPS) $(TEST_DEPS)
 	touch $@
 
@@ -55,7 +58,6 @@ stubs: install
 	  cat build/stubs/ace_hybrid/_core.pyi; } > python/ace_hybrid/_core.pyi
 
 bench: install
-	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q $(BENCH_DEPS)
 	$(PY) -m pytest benchmarks --benchmark-only -o python_files='bench_*.py'
 	$(PY) benchmarks/compare_peers.py --output benchmarks/RESULTS.md
