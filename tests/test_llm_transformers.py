@@ -86,6 +86,17 @@ def test_batched_scoring_equals_a_per_candidate_loop(tiny_dir: pathlib.Path) -> 
     assert list(batched.n_tokens) == [len(b.encode(c)) for c in CANDIDATES]
 
 
+@pytest.mark.parametrize("batch", [1, 3, 16])
+def test_the_shared_prompt_cache_gives_the_scores_of_full_sequences(tiny_dir: pathlib.Path, batch: int) -> None:
+    shared = _backend(tiny_dir, score_batch_size=batch, share_prompt_cache=True)
+    full = _backend(tiny_dir, score_batch_size=batch, share_prompt_cache=False)
+    a = shared.score_candidates(PROMPT, CANDIDATES)
+    b = full.score_candidates(PROMPT, CANDIDATES)
+    assert shared._prefix_ok  # the shared path ran; it did not fall back
+    np.testing.assert_allclose(a.logprobs, b.logprobs, rtol=1e-5, atol=1e-4)
+    assert shared.stats["tokens_in"] < full.stats["tokens_in"]
+
+
 def test_scores_sum_the_candidate_token_logprobs_of_a_plain_forward(backend: TransformersBackend) -> None:
     scores = backend.score_candidates(PROMPT, CANDIDATES)
     expected = np.array([_reference_logprobs(backend, PROMPT, c).sum() for c in CANDIDATES])
@@ -269,7 +280,8 @@ def test_stats_count_calls_tokens_and_time(tiny_dir: pathlib.Path) -> None:
     s = b.stats
     n_prompt = len(b.render(PROMPT))
     assert s["calls"] == 2 and s["errors"] == 0
-    assert s["tokens_in"] == 2 * n_prompt + len(b.encode("a b")) + len(b.encode("c")) + n_prompt
+    # the prompt once (shared cache) + the candidates, then the prompt again for generation
+    assert s["tokens_in"] == n_prompt + len(b.encode("a b")) + len(b.encode("c")) + n_prompt
     assert s["tokens_out"] == gen.tokens_out and s["seconds"] > 0
 
 

@@ -310,6 +310,8 @@ class LLMConfig:
     """Torch dtype of local backends: "float32", "bfloat16", "float16" or "auto" (the checkpoint's)."""
     score_batch_size: int = 16
     """Candidates per batched forward when scoring (more candidates are scored in chunks)."""
+    share_prompt_cache: bool = True
+    """Score candidates on one shared prompt key/value cache (local backends); False runs prompt + candidate each."""
     reduction: str = "sum"
     """Default reduction of candidate token log-probs: "sum" (sequence log-prob) or "mean" (per token)."""
     top_logprobs: int = 20
@@ -382,6 +384,10 @@ class LLMConfig:
         if not self.device:
             raise bad("device", "a torch device string such as 'cpu' or 'cuda:0'")
         check_int("score_batch_size", 1, 65536)
+        if not isinstance(self.share_prompt_cache, bool):
+            raise bad("share_prompt_cache", "True | False")
+        if not isinstance(self.guided_choice, bool):
+            raise bad("guided_choice", "True | False")
         if self.reduction not in ("sum", "mean"):
             raise bad("reduction", "'sum' | 'mean'")
         check_int("top_logprobs", 1, 20)
