@@ -12,12 +12,11 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from ace_hybrid.llm import LACRanker, LLMError, lac_policy, lac_q_values
 from ace_hybrid.llm.backend import CandidateScores
 from ace_hybrid.llm.lac import lac_judge_prompt, lac_policy_prompt
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 def _load_fixtures():

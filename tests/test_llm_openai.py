@@ -15,9 +15,9 @@ import pytest
 
 pytest.importorskip("openai")
 
-from ace_hybrid.llm import LLMConfig, LLMError, make_backend  # noqa: E402
-from ace_hybrid.llm.backend import LLMBackend  # noqa: E402
-from ace_hybrid.llm.openai_backend import OpenAIBackend  # noqa: E402
+from ace_hybrid.llm import LLMConfig, LLMError, make_backend
+from ace_hybrid.llm.backend import LLMBackend
+from ace_hybrid.llm.openai_backend import OpenAIBackend
 
 
 def _load_fixtures():
@@ -139,9 +139,8 @@ def test_choice_scoring_without_any_candidate_number_is_malformed() -> None:
 
 
 def test_forced_echo_scoring_reports_unsupported_servers() -> None:
-    with FakeOpenAIServer(["400"], lifetime_s=30) as server:
-        with pytest.raises(LLMError) as info:
-            _backend(server, openai_scoring="echo").score_candidates("q", ["a", "b"])
+    with FakeOpenAIServer(["400"], lifetime_s=30) as server, pytest.raises(LLMError) as info:
+        _backend(server, openai_scoring="echo").score_candidates("q", ["a", "b"])
     assert info.value.kind == "unsupported"
 
 
@@ -241,9 +240,8 @@ def test_garbage_answers_raise_llm_error(behaviour: str, call) -> None:
 
 
 def test_missing_logprobs_are_reported_as_unsupported() -> None:
-    with FakeOpenAIServer(["no_logprobs"], lifetime_s=30) as server:
-        with pytest.raises(LLMError) as info:
-            _backend(server).next_token_logprobs("q", ["GOOD", "BAD"])
+    with FakeOpenAIServer(["no_logprobs"], lifetime_s=30) as server, pytest.raises(LLMError) as info:
+        _backend(server).next_token_logprobs("q", ["GOOD", "BAD"])
     assert info.value.kind == "unsupported"
 
 

