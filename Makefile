@@ -46,7 +46,7 @@ test-cpp: venv
 
 # pytest exits 5 when it collected nothing: that is a broken setup, never a pass.
 test-py: install
-	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
+	OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: the test setup is broken" >&2; exit 1; fi; exit $$rc
 
 dev: venv
