@@ -483,3 +483,15 @@ def test_bad_constructor_arguments() -> None:
         agent.load_state_dict(DiscreteSAC(3, 11, cfg).state_dict())
     with pytest.raises(ValueError, match="head"):
         agent.load_state_dict(DiscreteSAC(3, 10, dataclasses.replace(cfg, head="linear")).state_dict())
+
+
+@pytest.mark.parametrize("head", ["lowrank", "linear"])
+def test_prior_action_starts_with_the_requested_probability(head: str) -> None:
+    cfg = SACConfig(hidden=(16,), embed_dim=4, head=head, prior_action=3, prior_prob=0.5)
+    agent = DiscreteSAC(10, 500, cfg, seed=0)
+    probs = agent.policy_probs(np.zeros(10, np.float32), np.ones(500, bool))
+    assert probs[3] == pytest.approx(0.5, abs=0.05)
+    with pytest.raises(ValueError, match="prior_action = 600 out of range"):
+        DiscreteSAC(10, 500, SACConfig(hidden=(16,), prior_action=600, prior_prob=0.5), seed=0)
+    with pytest.raises(ValueError, match="prior_prob"):
+        SACConfig(prior_prob=1.0).validate()

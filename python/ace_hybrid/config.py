@@ -161,7 +161,8 @@ class Config:
     env: EnvConfig = field(default_factory=EnvConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     replay: ReplayConfig = field(default_factory=ReplayConfig)
-    sac: SACConfig = field(default_factory=SACConfig)
+    sac: SACConfig = field(default_factory=lambda: SACConfig(prior_prob=0.5))
+    """SAC; on grids the initial policy does nothing half of the time (sac.prior_prob = 0.5)."""
     train: TrainConfig = field(default_factory=TrainConfig)
     log: LogConfig = field(default_factory=LogConfig)
 

@@ -116,6 +116,11 @@ class SACConfig:
     """Maximum global L2 norm of each optimiser's gradient (actor, critics, alpha), > 0 (inf: no clipping)."""
     batch_size: int = 256
     """Transitions per update, as sampled by the training loop from the replay buffer (>= 1)."""
+    prior_action: int = 0
+    """Action given the initial probability prior_prob (ace_hybrid's catalogs: 0, do nothing); in [0, n)."""
+    prior_prob: float = 0.0
+    """Initial policy probability of prior_action, in [0, 1) (0: a uniform initial policy). On power grids most
+    random topology changes hurt, so starting from "mostly do nothing" keeps early episodes alive."""
 
     def validate(self) -> None:
         """Raises ValueError naming the first invalid field, its value and the valid range."""
@@ -137,6 +142,11 @@ class SACConfig:
             v = getattr(self, name)
             if not _is_real(v) or not (0.0 < v < math.inf):
                 raise bad(name, "a finite number in (0, inf)")
+        if isinstance(self.prior_action, bool) or not isinstance(self.prior_action, (int, np.integer)) \
+                or self.prior_action < 0:
+            raise bad("prior_action", "an integer in [0, n_actions)")
+        if not _is_real(self.prior_prob) or not 0.0 <= self.prior_prob < 1.0:
+            raise bad("prior_prob", "a number in [0, 1)")
         for name in ("gamma", "polyak", "target_entropy_ratio"):
             v = getattr(self, name)
             if not _is_real(v) or not (0.0 <= v <= 1.0):
@@ -328,6 +338,13 @@ class DiscreteSAC:
             torch.manual_seed(self.seed)
             self.actor, self.q1, self.q2, self.q1_target, self.q2_target = (
                 _ScoreNet(self.obs_dim, self.n_actions, cfg, feats) for _ in range(5))
+        if cfg.prior_action >= self.n_actions:
+            raise ValueError(f"SACConfig.prior_action = {cfg.prior_action} out of range [0, {self.n_actions})")
+        if cfg.prior_prob > 0.0 and self.n_actions > 1:
+            # Initial logits are ~0: this bias gives prior_action probability prior_prob against the rest.
+            _, bias = self.actor.action_factors()
+            with torch.no_grad():
+                bias[cfg.prior_action] = math.log(cfg.prior_prob / (1.0 - cfg.prior_prob) * (self.n_actions - 1))
         for online, target in ((self.q1, self.q1_target), (self.q2, self.q2_target)):
             target.load_state_dict(online.state_dict())
             target.requires_grad_(False)
