@@ -131,3 +131,22 @@ def test_damaged_checkpoint_is_a_clear_error(tmp_path: Path) -> None:
         load_checkpoint_file(bad)
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
         load_checkpoint_file(tmp_path / "missing.pt")
+
+
+def test_topk_deployment_simulates_the_policys_candidates(tmp_path: Path) -> None:
+    from ace_hybrid.evaluate import evaluate
+    from ace_hybrid.grid.env import make_env
+    from ace_hybrid.train import load_agent
+
+    train(tiny(100, "train.eval_every=0", "log.tensorboard=false"), tmp_path / "run")
+    env = make_env("l2rpn_case14_sandbox", seed=0)
+    plain = load_agent(tmp_path / "run" / "checkpoint.pt", env, topk=0)
+    checked = load_agent(tmp_path / "run" / "checkpoint.pt", env, topk=3)
+    a = evaluate(env, plain, [(0, 1)], max_steps=30, progress=False).totals()
+    b = evaluate(env, checked, [(0, 1)], max_steps=30, progress=False).totals()
+    assert a["decisions"] > 0 and b["decisions"] > 0
+    assert plain.simulations == 0  # the policy alone never simulates (the safe rule counts its own)
+    assert checked.simulations >= 2 * b["decisions"]  # do nothing + at least one policy candidate per decision
+    with pytest.raises(ValueError, match="topk = -1"):
+        load_agent(tmp_path / "run" / "checkpoint.pt", env, topk=-1)
+    env.close()

@@ -48,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--max-steps", type=int, default=None, help="cut every episode after this many steps")
     ev.add_argument("--threshold", type=float, default=0.9, help="danger threshold on max rho (default 0.9)")
     ev.add_argument("--budget", type=int, default=30, help="greedy expert: simulations per decision (default 30)")
+    ev.add_argument("--topk", type=int, default=None,
+                    help="checkpoint agents: simulate the policy's k most likely actions and play the safest "
+                    "(0: the most likely, unchecked; default: the run's env.deploy_topk)")
     ev.add_argument("--score", action="store_true",
                     help="also compute grid2op's L2RPN score (runs its reference agents on a writable data copy)")
     ev.add_argument("--out", type=Path, default=Path("runs/evaluate"), help="output folder (default runs/evaluate)")
@@ -110,13 +113,14 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     pairs = parse_pairs(args.episodes, args.seeds)
     env = make_env(args.env, seed=args.env_seed)
-    agent = make_agent(args.agent, env, threshold=args.threshold, budget=args.budget)
+    agent = make_agent(args.agent, env, threshold=args.threshold, budget=args.budget, topk=args.topk)
     report = evaluate(env, agent, pairs, agent_name=args.agent, max_steps=args.max_steps,
                       progress=not args.no_progress)
     if args.score:
         from ace_hybrid.grid.scores import score_report
 
-        score_report(report, lambda e: make_agent(args.agent, e, threshold=args.threshold, budget=args.budget),
+        score_report(report, lambda e: make_agent(args.agent, e, threshold=args.threshold, budget=args.budget,
+                                                  topk=args.topk),
                      max_steps=args.max_steps)
     json_path, md_path = report.save(args.out)
     print(report.to_markdown())

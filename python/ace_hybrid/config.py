@@ -49,6 +49,9 @@ class EnvConfig:
     """Cut training episodes after this many environment steps (0: the scenario's full length)."""
     eval_max_steps: int = 0
     """Cut evaluation episodes after this many steps (0: full length)."""
+    deploy_topk: int = 8
+    """At evaluation, the policy's k most likely legal actions and do nothing are checked with one obs.simulate
+    each and the safest is played (0: play the policy's most likely action unchecked)."""
 
     def validate(self) -> None:
         _check(0.0 <= self.threshold <= 5.0, "env.threshold", self.threshold, "must be in [0, 5]")
@@ -57,6 +60,7 @@ class EnvConfig:
                self.eval_pairs, "must be a non-empty list of [scenario, seed]")
         _check(self.max_episode_steps >= 0, "env.max_episode_steps", self.max_episode_steps, "must be >= 0")
         _check(self.eval_max_steps >= 0, "env.eval_max_steps", self.eval_max_steps, "must be >= 0")
+        _check(self.deploy_topk >= 0, "env.deploy_topk", self.deploy_topk, "must be >= 0")
 
 
 @dataclass

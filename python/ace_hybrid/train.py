@@ -96,19 +96,32 @@ class MaskFromFeatures:
 
 
 class SACAgent(RuleAgent):
-    """The trained policy as a grid2op agent under the activation rule (deterministic: the most likely action)."""
+    """The trained policy as a grid2op agent under the activation rule.
+
+    With ``topk = 0`` it plays the policy's most likely legal action. With ``topk = k`` it checks the k most likely
+    legal actions and do nothing with one ``obs.simulate`` each and plays the one with the lowest simulated max rho
+    (the top-k validation most L2RPN agents deploy with); the policy still chooses what is worth simulating.
+    """
 
     name = "sac"
 
     def __init__(self, env: Any, sac: DiscreteSAC, catalog: ActionCatalog, features: ObservationFeatures,
-                 normalizer: RunningNormalizer, threshold: float) -> None:
+                 normalizer: RunningNormalizer, threshold: float, topk: int = 0) -> None:
         super().__init__(env.action_space, threshold)
+        if topk < 0:
+            raise ValueError(f"topk = {topk} out of range [0, inf)")
         self.sac, self.catalog, self.features, self.normalizer = sac, catalog, features, normalizer
+        self.topk = int(topk)
 
     def decide(self, observation: Any) -> Any:
         x = self.normalizer(self.features(observation))
-        action = self.sac.act(x, self.catalog.legal_mask(observation), deterministic=True)
-        return self.catalog.action(action)
+        mask = self.catalog.legal_mask(observation)
+        if self.topk == 0:
+            return self.catalog.action(self.sac.act(x, mask, deterministic=True))
+        probs = self.sac.policy_probs(x, mask)
+        candidates = [0, *(int(a) for a in np.argsort(-probs, kind="stable")[: self.topk] if a != 0 and mask[a])]
+        rhos = [self._simulate_max_rho(observation, self.catalog.action(a)) for a in candidates]
+        return self.catalog.action(candidates[int(np.argmin(rhos))])
 
 
 class Run:
@@ -142,7 +155,8 @@ class Run:
         self.logger = MetricsLogger(run_dir, cfg.log.tensorboard)
 
     def agent(self, env: Any) -> SACAgent:
-        return SACAgent(env, self.sac, self.catalog, self.features, self.normalizer, self.cfg.env.threshold)
+        return SACAgent(env, self.sac, self.catalog, self.features, self.normalizer, self.cfg.env.threshold,
+                        self.cfg.env.deploy_topk)
 
 
 # ----------------------------------------------------------------------------- the loop
@@ -372,8 +386,9 @@ def restore(run_dir: Path, total_env_steps: int | None = None) -> Run:
     return run
 
 
-def load_agent(path: str | Path, env: Any) -> SACAgent:
-    """A trained agent from a checkpoint file, for ``ace-hybrid evaluate --agent checkpoint:PATH``."""
+def load_agent(path: str | Path, env: Any, topk: int | None = None) -> SACAgent:
+    """A trained agent from a checkpoint file, for ``ace-hybrid evaluate --agent checkpoint:PATH`` (``topk``
+    overrides the run's ``env.deploy_topk``)."""
     state = load_checkpoint_file(path)
     cfg = config_from_dict(state["config"])
     catalog = ActionCatalog.for_env(env)
@@ -382,7 +397,8 @@ def load_agent(path: str | Path, env: Any) -> SACAgent:
     sac.load_state_dict(state["sac"])
     normalizer = RunningNormalizer(features.dim)
     normalizer.load_state_dict(state["normalizer"])
-    return SACAgent(env, sac, catalog, features, normalizer, cfg.env.threshold)
+    return SACAgent(env, sac, catalog, features, normalizer, cfg.env.threshold,
+                    cfg.env.deploy_topk if topk is None else topk)
 
 
 # ----------------------------------------------------------------------------- logging

@@ -130,8 +130,9 @@ class GreedyExpertAgent(RuleAgent):
         return self.catalog.action(best_index)
 
 
-def make_agent(spec: str, env: Any, *, threshold: float = 0.9, budget: int = 30) -> RuleAgent:
-    """An agent from its command-line name: ``do-nothing``, ``reco``, ``greedy`` or ``checkpoint:PATH``."""
+def make_agent(spec: str, env: Any, *, threshold: float = 0.9, budget: int = 30, topk: int | None = None) -> RuleAgent:
+    """An agent from its command-line name: ``do-nothing``, ``reco``, ``greedy`` or ``checkpoint:PATH``
+    (``topk`` overrides a checkpoint's top-k simulation check)."""
     if spec == "do-nothing":
         return DoNothingAgent(env.action_space, threshold)
     if spec == "reco":
@@ -143,5 +144,5 @@ def make_agent(spec: str, env: Any, *, threshold: float = 0.9, budget: int = 30)
     if spec.startswith("checkpoint:"):
         from ace_hybrid.train import load_agent
 
-        return load_agent(spec.split(":", 1)[1], env)
+        return load_agent(spec.split(":", 1)[1], env, topk)
     raise ValueError(f"unknown agent {spec!r}; valid: do-nothing, reco, greedy, checkpoint:PATH")
