@@ -61,6 +61,7 @@
 #include <string>
 #include <vector>
 
+#include "huge_pages.hpp"
 #include "replay_io.hpp"
 #include "rng.hpp"
 #include "sum_tree.hpp"
@@ -214,19 +215,20 @@ public:
         const std::size_t n_rl = rl_share(batch, rl_any, llm_any);
         const std::size_t n_llm = batch - n_rl;
         q_.resize(batch);
+        slots_.resize(batch);
+        // Stratified uniforms (RL first, then LLM: the generator's draw order), then one batched descent per tree.
+        for (std::size_t i = 0; i < n_rl; ++i)
+            q_[i] = (static_cast<double>(i) + st_.rng.uniform()) * rl_total / static_cast<double>(n_rl);
+        for (std::size_t j = 0; j < n_llm; ++j)
+            q_[n_rl + j] = (static_cast<double>(j) + st_.rng.uniform()) * llm_total / static_cast<double>(n_llm);
+        rl.sum.find_batch(q_.data(), slots_.data(), n_rl);
+        lm.sum.find_batch(q_.data() + n_rl, slots_.data() + n_rl, n_llm);
         const double inv_batch = 1.0 / static_cast<double>(batch);
-        for (std::size_t i = 0; i < n_rl; ++i) {
-            const double u = (static_cast<double>(i) + st_.rng.uniform()) * rl_total / static_cast<double>(n_rl);
-            const std::size_t s = rl.sum.find(u);
-            q_[i] = static_cast<double>(n_rl) * inv_batch * rl.sum.leaf(s) / rl_total;
-            fill_rl_row(s, i, out);
-        }
-        for (std::size_t j = 0; j < n_llm; ++j) {
-            const double u = (static_cast<double>(j) + st_.rng.uniform()) * llm_total / static_cast<double>(n_llm);
-            const std::size_t s = lm.sum.find(u);
-            q_[n_rl + j] = static_cast<double>(n_llm) * inv_batch * lm.sum.leaf(s) / llm_total;
-            fill_llm_row(s, n_rl + j, out);
-        }
+        const double rl_scale = static_cast<double>(n_rl) * inv_batch, llm_scale = static_cast<double>(n_llm) * inv_batch;
+        for (std::size_t i = 0; i < n_rl; ++i) q_[i] = rl_scale * rl.sum.leaf(slots_[i]) / rl_total;
+        for (std::size_t j = n_rl; j < batch; ++j) q_[j] = llm_scale * lm.sum.leaf(slots_[j]) / llm_total;
+        fill_rows(slots_.data(), n_rl, 0, false, out);
+        fill_rows(slots_.data() + n_rl, n_llm, n_rl, true, out);
         const double n_items = static_cast<double>(size_locked());
         double w_max = 0.0;
         for (std::size_t i = 0; i < batch; ++i) {
@@ -252,9 +254,9 @@ public:
                 throw std::out_of_range(os.str());
             }
             if (handles[i] & 1)
-                fill_llm_row(slot, i, out);
+                fill_llm_row(slot, i, out, LastWrite(st_.llm.written, st_.cfg.llm_capacity));
             else
-                fill_rl_row(slot, i, out);
+                fill_rl_row(slot, i, out, LastWrite(st_.rl.written, st_.cfg.rl_capacity));
             out.weight[i] = 1.0f;
         }
     }
@@ -473,12 +475,15 @@ private:
     static constexpr std::uint32_t kByteOrderTag = 0x01020304u;
     static constexpr std::uint64_t kMaxPosition = 1ULL << 62;
 
+    template <typename T>
+    using Column = std::vector<T, HugePageAllocator<T>>;
+
     struct Rl {
-        std::vector<float> obs;  // capacity * obs_dim
-        std::vector<std::int64_t> action;
-        std::vector<float> reward, original_reward;
-        std::vector<std::int32_t> episode, step;
-        std::vector<std::uint8_t> flags;
+        Column<float> obs;  // capacity * obs_dim
+        Column<std::int64_t> action;
+        Column<float> reward, original_reward;
+        Column<std::int32_t> episode, step;
+        Column<std::uint8_t> flags;
         SumTree sum;   // leaves: priority^alpha of live heads, 0 elsewhere
         MaxTree maxp;  // leaves: float32 priority of live heads, 0 elsewhere
         std::uint64_t written = 0;
@@ -488,11 +493,11 @@ private:
         std::int32_t prev_episode = 0, prev_step = 0;
     };
     struct Llm {
-        std::vector<float> obs, next_obs;
-        std::vector<std::int64_t> action;
-        std::vector<float> reward, original_reward, improvement;
-        std::vector<std::int32_t> episode, step;
-        std::vector<std::uint8_t> flags;
+        Column<float> obs, next_obs;
+        Column<std::int64_t> action;
+        Column<float> reward, original_reward, improvement;
+        Column<std::int32_t> episode, step;
+        Column<std::uint8_t> flags;
         SumTree sum;  // leaves: I_v * exp(clip(improvement / tau))
         std::uint64_t written = 0;
         std::size_t valid_count = 0;
@@ -900,19 +905,83 @@ private:
         return static_cast<std::int64_t>((pos << 1) | 1);
     }
 
-    void fill_rl_row(std::size_t s, std::size_t row, const BatchOut& out) const {
+    // Where the last write went: position and slot of `written - 1` (written > 0), so a slot's position is found
+    // without a division per row.
+    struct LastWrite {
+        std::uint64_t position, slot, cap;
+        LastWrite(std::uint64_t written, std::uint64_t capacity)
+            : position(written - 1), slot((written - 1) % capacity), cap(capacity) {}
+        std::uint64_t position_of(std::uint64_t s) const { return position - (slot >= s ? slot - s : slot + cap - s); }
+    };
+
+    static void prefetch_range(const void* p, std::size_t bytes) {
+        const char* c = static_cast<const char*>(p);
+        for (std::size_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o);
+        __builtin_prefetch(c + bytes - 1);
+    }
+
+    // Prefetches what fill_rl_row / fill_llm_row will read for slot s.
+    void prefetch_row(std::size_t s, bool llm) const {
+        const std::size_t d = static_cast<std::size_t>(st_.cfg.obs_dim);
+        if (llm) {
+            const Llm& lm = st_.llm;
+            prefetch_range(lm.obs.data() + s * d, d * sizeof(float));
+            prefetch_range(lm.next_obs.data() + s * d, d * sizeof(float));
+            __builtin_prefetch(&lm.action[s]);
+            __builtin_prefetch(&lm.reward[s]);
+            __builtin_prefetch(&lm.original_reward[s]);
+            __builtin_prefetch(&lm.improvement[s]);
+            __builtin_prefetch(&lm.episode[s]);
+            __builtin_prefetch(&lm.step[s]);
+            __builtin_prefetch(&lm.flags[s]);
+            return;
+        }
+        const Rl& rl = st_.rl;
+        const std::size_t cap = static_cast<std::size_t>(st_.cfg.rl_capacity);
+        if (s + 1 < cap) {
+            prefetch_range(rl.obs.data() + s * d, 2 * d * sizeof(float));  // obs and next obs are adjacent
+        } else {
+            prefetch_range(rl.obs.data() + s * d, d * sizeof(float));
+            prefetch_range(rl.obs.data(), d * sizeof(float));
+        }
+        __builtin_prefetch(&rl.action[s]);
+        __builtin_prefetch(&rl.reward[s]);
+        __builtin_prefetch(&rl.original_reward[s]);
+        __builtin_prefetch(&rl.episode[s]);
+        __builtin_prefetch(&rl.step[s]);
+        __builtin_prefetch(&rl.flags[s]);
+    }
+
+    // Copies n rows (slots[i] -> output row row0 + i) of one partition, prefetching the rows of later slots so
+    // their cache and TLB misses overlap with the copies. O(n * obs_dim).
+    void fill_rows(const std::size_t* slots, std::size_t n, std::size_t row0, bool llm, const BatchOut& out) const {
+        if (n == 0) return;
+        const std::size_t row_bytes = 2 * static_cast<std::size_t>(st_.cfg.obs_dim) * sizeof(float) + 64;
+        const std::size_t ahead = std::clamp<std::size_t>(16384 / row_bytes, 1, 16);
+        for (std::size_t i = 0; i < std::min(ahead, n); ++i) prefetch_row(slots[i], llm);
+        const LastWrite last = llm ? LastWrite(st_.llm.written, st_.cfg.llm_capacity)
+                                   : LastWrite(st_.rl.written, st_.cfg.rl_capacity);
+        for (std::size_t i = 0; i < n; ++i) {
+            if (i + ahead < n) prefetch_row(slots[i + ahead], llm);
+            if (llm)
+                fill_llm_row(slots[i], row0 + i, out, last);
+            else
+                fill_rl_row(slots[i], row0 + i, out, last);
+        }
+    }
+
+    void fill_rl_row(std::size_t s, std::size_t row, const BatchOut& out, const LastWrite& last) const {
         const Rl& rl = st_.rl;
         const std::size_t d = static_cast<std::size_t>(st_.cfg.obs_dim);
-        const std::uint64_t cap = st_.cfg.rl_capacity;
+        const std::size_t next = s + 1 == st_.cfg.rl_capacity ? 0 : s + 1;
         std::memcpy(out.obs + row * d, rl.obs.data() + s * d, d * sizeof(float));
-        std::memcpy(out.next_obs + row * d, rl.obs.data() + static_cast<std::size_t>((s + 1) % cap) * d,
-                    d * sizeof(float));
+        std::memcpy(out.next_obs + row * d, rl.obs.data() + next * d, d * sizeof(float));
         out.action[row] = rl.action[s];
         out.reward[row] = rl.reward[s];
         out.original_reward[row] = rl.original_reward[s];
         out.done[row] = rl.flags[s] & kDone;
         out.truncated[row] = rl.flags[s] & kTruncated;
-        out.index[row] = static_cast<std::int64_t>(position_of(s, rl.written, cap) << 1);
+        out.index[row] = static_cast<std::int64_t>(last.position_of(s) << 1);
         out.from_llm[row] = false;
         out.episode[row] = rl.episode[s];
         out.step[row] = rl.step[s];
@@ -920,7 +989,7 @@ private:
         out.valid[row] = false;
     }
 
-    void fill_llm_row(std::size_t s, std::size_t row, const BatchOut& out) const {
+    void fill_llm_row(std::size_t s, std::size_t row, const BatchOut& out, const LastWrite& last) const {
         const Llm& lm = st_.llm;
         const std::size_t d = static_cast<std::size_t>(st_.cfg.obs_dim);
         std::memcpy(out.obs + row * d, lm.obs.data() + s * d, d * sizeof(float));
@@ -930,7 +999,7 @@ private:
         out.original_reward[row] = lm.original_reward[s];
         out.done[row] = lm.flags[s] & kDone;
         out.truncated[row] = lm.flags[s] & kTruncated;
-        out.index[row] = static_cast<std::int64_t>((position_of(s, lm.written, st_.cfg.llm_capacity) << 1) | 1);
+        out.index[row] = static_cast<std::int64_t>((last.position_of(s) << 1) | 1);
         out.from_llm[row] = true;
         out.episode[row] = lm.episode[s];
         out.step[row] = lm.step[s];
@@ -940,7 +1009,8 @@ private:
 
     mutable std::mutex mu_;
     State st_;
-    std::vector<double> q_;  // scratch for sample(), guarded by mu_
+    std::vector<double> q_;          // scratch for sample(), guarded by mu_
+    std::vector<std::size_t> slots_;  // scratch for sample(), guarded by mu_
 };
 
 }  // namespace ace_hybrid
