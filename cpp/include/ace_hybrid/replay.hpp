@@ -279,14 +279,31 @@ public:
         }
         std::lock_guard<std::mutex> lk(mu_);
         check_issued(handles, n);
-        std::size_t applied = 0;
+        // Pass 1 finds the live RL slots (reading their flags, prefetched kAhead handles ahead) and prefetches
+        // their max-tree leaves; pass 2 sets the max tree per item (it mostly stops after a level or two) and the
+        // sum tree in one batched bottom-up pass (SumTree::set_many). The result equals setting the items one by
+        // one, in order.
+        constexpr std::size_t kAhead = 8;
+        const std::uint64_t cap = st_.cfg.rl_capacity;
+        slots_.resize(n);
+        leaves_.resize(n);
+        std::size_t m = 0;  // live RL items
         for (std::size_t i = 0; i < n; ++i) {
+            if (i + kAhead < n && !(handles[i + kAhead] & 1))
+                __builtin_prefetch(&st_.rl.flags[(static_cast<std::uint64_t>(handles[i + kAhead]) >> 1) % cap]);
             std::size_t slot = 0;
             if ((handles[i] & 1) || classify(handles[i], slot) != Status::kLive) continue;
-            set_priority(slot, static_cast<float>(priority[i]));
-            ++applied;
+            st_.rl.maxp.prefetch_children(1, slot / SumTree::kFanout);
+            slots_[m] = slot;
+            leaves_[m] = static_cast<double>(static_cast<float>(priority[i]));  // the float32 priority
+            ++m;
         }
-        return applied;
+        // Separate loops: a short max-tree loop lets the core overlap the leaf misses of several items, which a
+        // loop body containing pow() does not (measured: 2x slower merged).
+        for (std::size_t j = 0; j < m; ++j) st_.rl.maxp.set(slots_[j], static_cast<float>(leaves_[j]));
+        for (std::size_t j = 0; j < m; ++j) leaves_[j] = leaf_of(static_cast<float>(leaves_[j]));
+        st_.rl.sum.set_many(slots_.data(), leaves_.data(), m);
+        return m;
     }
 
     // Replaces the stored reward of live handles (RL or LLM), keeping original_reward. Returns how many were
@@ -1009,8 +1026,9 @@ private:
 
     mutable std::mutex mu_;
     State st_;
-    std::vector<double> q_;          // scratch for sample(), guarded by mu_
-    std::vector<std::size_t> slots_;  // scratch for sample(), guarded by mu_
+    std::vector<double> q_;           // scratch for sample(), guarded by mu_
+    std::vector<std::size_t> slots_;  // scratch for sample() and update_priorities(), guarded by mu_
+    std::vector<double> leaves_;      // scratch for update_priorities(), guarded by mu_
 };
 
 }  // namespace ace_hybrid

@@ -112,6 +112,34 @@ public:
         }
     }
 
+    // set() for many leaves: leaf[i] = value[i] in order (a repeated leaf ends with its last value), then every
+    // ancestor of a set leaf is recomputed once per level, bottom-up. Equal to the same sequence of set() calls
+    // bit for bit (the internal nodes are a function of the leaves), but a node shared by several leaves is
+    // recomputed once and the recomputations of one level are independent (no dependency chain from one update
+    // to the next). Adjacent repeats are merged, so sorted leaves (a sampled batch) share the most work.
+    // O(n 16 log16 size()) at worst.
+    void set_many(const std::size_t* leaf, const T* value, std::size_t n) {
+        if (n == 0) return;
+        updates_ += n;
+        if constexpr (std::is_same_v<Op, MaxOp>) {
+            for (std::size_t i = 0; i < n; ++i) set_max(leaf[i], value[i]);
+        } else {
+            for (std::size_t i = 0; i < n; ++i) data_[leaf[i]] = value[i];
+            touched_.assign(leaf, leaf + n);
+            std::size_t m = n;
+            for (std::size_t k = 1; k < sizes_.size(); ++k) {
+                std::size_t w = 0;  // merge adjacent repeats of the parents, in place
+                for (std::size_t i = 0; i < m; ++i) {
+                    const std::size_t parent = touched_[i] / kFanout;
+                    if (w == 0 || touched_[w - 1] != parent) touched_[w++] = parent;
+                }
+                m = w;
+                T* level = data_.data() + offsets_[k];
+                for (std::size_t i = 0; i < m; ++i) level[touched_[i]] = combine_children(k, touched_[i]);
+            }
+        }
+    }
+
     // Recomputes every internal node from the leaves. O(n).
     void rebuild() {
         for (std::size_t k = 1; k < sizes_.size(); ++k)
@@ -231,6 +259,7 @@ private:
     std::vector<T, HugePageAllocator<T>> data_;
     std::vector<std::size_t> offsets_;
     std::vector<std::size_t> sizes_;
+    std::vector<std::size_t> touched_;  // scratch for set_many()
     std::uint64_t updates_ = 0;
 };
 
