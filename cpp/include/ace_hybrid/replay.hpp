@@ -61,7 +61,7 @@
 #include <string>
 #include <vector>
 
-#include "huge_pages.hpp"
+#include "memory.hpp"
 #include "replay_io.hpp"
 #include "rng.hpp"
 #include "sum_tree.hpp"
@@ -168,7 +168,9 @@ struct RlColumns {
 class MixedReplay {
 public:
     static constexpr std::uint8_t kDone = 1, kTruncated = 2, kHead = 4, kValid = 8;
-    static constexpr std::uint32_t kFileVersion = 1;
+    // 2: RL scalars as 24-byte records (rl.scalars), sum-tree nodes combined in the interleaved order of
+    // sum_tree.hpp. Version 1 files are refused with a message naming both versions.
+    static constexpr std::uint32_t kFileVersion = 2;
     static constexpr char kMagic[8] = {'A', 'C', 'E', 'R', 'P', 'L', 'Y', '\0'};
 
     // Allocates both partitions (zeroed). O(capacity * obs_dim). Throws std::invalid_argument on a bad config.
@@ -290,7 +292,7 @@ public:
         std::size_t m = 0;  // live RL items
         for (std::size_t i = 0; i < n; ++i) {
             if (i + kAhead < n && !(handles[i + kAhead] & 1))
-                __builtin_prefetch(&st_.rl.flags[(static_cast<std::uint64_t>(handles[i + kAhead]) >> 1) % cap]);
+                prefetch(&st_.rl.flags[(static_cast<std::uint64_t>(handles[i + kAhead]) >> 1) % cap]);
             std::size_t slot = 0;
             if ((handles[i] & 1) || classify(handles[i], slot) != Status::kLive) continue;
             st_.rl.maxp.prefetch_children(1, slot / SumTree::kFanout);
@@ -317,7 +319,10 @@ public:
         for (std::size_t i = 0; i < n; ++i) {
             std::size_t slot = 0;
             if (classify(handles[i], slot) != Status::kLive) continue;
-            (handles[i] & 1 ? st_.llm.reward : st_.rl.reward)[slot] = static_cast<float>(reward[i]);
+            if (handles[i] & 1)
+                st_.llm.reward[slot] = static_cast<float>(reward[i]);
+            else
+                st_.rl.meta[slot].reward = static_cast<float>(reward[i]);
             ++applied;
         }
         return applied;
@@ -335,11 +340,12 @@ public:
             const std::size_t s = static_cast<std::size_t>(p % cap);
             if (!(rl.flags[s] & kHead)) continue;
             c.index.push_back(static_cast<std::int64_t>(p << 1));
-            c.episode.push_back(rl.episode[s]);
-            c.step.push_back(rl.step[s]);
-            c.action.push_back(rl.action[s]);
-            c.reward.push_back(rl.reward[s]);
-            c.original_reward.push_back(rl.original_reward[s]);
+            const RlScalars& m = rl.meta[s];
+            c.episode.push_back(m.episode);
+            c.step.push_back(m.step);
+            c.action.push_back(m.action);
+            c.reward.push_back(m.reward);
+            c.original_reward.push_back(m.original_reward);
             c.done.push_back(rl.flags[s] & kDone);
             c.truncated.push_back(rl.flags[s] & kTruncated);
         }
@@ -373,9 +379,7 @@ public:
     std::size_t rl_nbytes() const {
         std::lock_guard<std::mutex> lk(mu_);
         const Rl& rl = st_.rl;
-        return rl.obs.size() * sizeof(float) + rl.action.size() * sizeof(std::int64_t) +
-               (rl.reward.size() + rl.original_reward.size()) * sizeof(float) +
-               (rl.episode.size() + rl.step.size()) * sizeof(std::int32_t) + rl.flags.size() + rl.sum.nbytes() +
+        return rl.obs.size() * sizeof(float) + rl.meta.size() * sizeof(RlScalars) + rl.flags.size() + rl.sum.nbytes() +
                rl.maxp.nbytes();
     }
     ReplayConfig config() const {
@@ -495,11 +499,18 @@ private:
     template <typename T>
     using Column = std::vector<T, HugePageAllocator<T>>;
 
+    // The scalars of one RL slot in one 24-byte record, so a sampled row costs one or two cache misses for them
+    // instead of one per column.
+    struct RlScalars {
+        std::int64_t action = 0;
+        float reward = 0.0f, original_reward = 0.0f;
+        std::int32_t episode = 0, step = 0;
+    };
+    static_assert(sizeof(RlScalars) == 24, "RlScalars is stored in files as 24 bytes");
+
     struct Rl {
         Column<float> obs;  // capacity * obs_dim
-        Column<std::int64_t> action;
-        Column<float> reward, original_reward;
-        Column<std::int32_t> episode, step;
+        Column<RlScalars> meta;
         Column<std::uint8_t> flags;
         SumTree sum;   // leaves: priority^alpha of live heads, 0 elsewhere
         MaxTree maxp;  // leaves: float32 priority of live heads, 0 elsewhere
@@ -544,11 +555,7 @@ private:
         const auto c = static_cast<std::size_t>(cfg.rl_capacity);
         const auto m = static_cast<std::size_t>(cfg.llm_capacity);
         s.rl.obs.assign(c * d, 0.0f);
-        s.rl.action.assign(c, 0);
-        s.rl.reward.assign(c, 0.0f);
-        s.rl.original_reward.assign(c, 0.0f);
-        s.rl.episode.assign(c, 0);
-        s.rl.step.assign(c, 0);
+        s.rl.meta.assign(c, RlScalars{});
         s.rl.flags.assign(c, 0);
         s.rl.sum.resize(c);
         s.rl.maxp.resize(c);
@@ -572,11 +579,7 @@ private:
             f(name, static_cast<void*>(vec.data()), vec.size() * sizeof(vec[0]));
         };
         v("rl.obs", s.rl.obs);
-        v("rl.action", s.rl.action);
-        v("rl.reward", s.rl.reward);
-        v("rl.original_reward", s.rl.original_reward);
-        v("rl.episode", s.rl.episode);
-        v("rl.step", s.rl.step);
+        v("rl.scalars", s.rl.meta);
         v("rl.flags", s.rl.flags);
         v("rl.sum", s.rl.sum.data());
         v("rl.max", s.rl.maxp.data());
@@ -680,7 +683,7 @@ private:
                 os << "RL slot " << k << " has a negative or non-finite priority";
                 return os.str();
             }
-            if (!std::isfinite(rl.reward[k]) || !std::isfinite(rl.original_reward[k])) {
+            if (!std::isfinite(rl.meta[k].reward) || !std::isfinite(rl.meta[k].original_reward)) {
                 os << "RL slot " << k << " has a non-finite reward";
                 return os.str();
             }
@@ -858,9 +861,7 @@ private:
             rl.sum.set(s, 0.0);
         }
         rl.flags[s] = 0;
-        rl.action[s] = 0;
-        rl.reward[s] = rl.original_reward[s] = 0.0f;
-        rl.episode[s] = rl.step[s] = 0;
+        rl.meta[s] = RlScalars{};
         std::memcpy(rl.obs.data() + s * d, o, d * sizeof(float));
         ++rl.written;
     }
@@ -884,10 +885,7 @@ private:
         const std::size_t s = static_cast<std::size_t>(head % cap);
         const std::uint8_t f = static_cast<std::uint8_t>((in.done[i] ? kDone : 0) | (in.truncated[i] ? kTruncated : 0));
         rl.flags[s] = static_cast<std::uint8_t>(kHead | f);
-        rl.action[s] = in.action[i];
-        rl.reward[s] = rl.original_reward[s] = in.reward[i];
-        rl.episode[s] = ep;
-        rl.step[s] = step;
+        rl.meta[s] = RlScalars{in.action[i], in.reward[i], in.reward[i], ep, step};
         set_priority(s, p);
         ++rl.heads;
         write_rl_obs(in.next_obs + i * d);
@@ -931,42 +929,32 @@ private:
         std::uint64_t position_of(std::uint64_t s) const { return position - (slot >= s ? slot - s : slot + cap - s); }
     };
 
-    static void prefetch_range(const void* p, std::size_t bytes) {
-        const char* c = static_cast<const char*>(p);
-        for (std::size_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o);
-        __builtin_prefetch(c + bytes - 1);
-    }
-
     // Prefetches what fill_rl_row / fill_llm_row will read for slot s.
-    void prefetch_row(std::size_t s, bool llm) const {
+    ACE_HYBRID_ALWAYS_INLINE void prefetch_row(std::size_t s, bool llm) const {
         const std::size_t d = static_cast<std::size_t>(st_.cfg.obs_dim);
         if (llm) {
             const Llm& lm = st_.llm;
-            prefetch_range(lm.obs.data() + s * d, d * sizeof(float));
-            prefetch_range(lm.next_obs.data() + s * d, d * sizeof(float));
-            __builtin_prefetch(&lm.action[s]);
-            __builtin_prefetch(&lm.reward[s]);
-            __builtin_prefetch(&lm.original_reward[s]);
-            __builtin_prefetch(&lm.improvement[s]);
-            __builtin_prefetch(&lm.episode[s]);
-            __builtin_prefetch(&lm.step[s]);
-            __builtin_prefetch(&lm.flags[s]);
+            prefetch_bytes(lm.obs.data() + s * d, d * sizeof(float));
+            prefetch_bytes(lm.next_obs.data() + s * d, d * sizeof(float));
+            prefetch(&lm.action[s]);
+            prefetch(&lm.reward[s]);
+            prefetch(&lm.original_reward[s]);
+            prefetch(&lm.improvement[s]);
+            prefetch(&lm.episode[s]);
+            prefetch(&lm.step[s]);
+            prefetch(&lm.flags[s]);
             return;
         }
         const Rl& rl = st_.rl;
         const std::size_t cap = static_cast<std::size_t>(st_.cfg.rl_capacity);
         if (s + 1 < cap) {
-            prefetch_range(rl.obs.data() + s * d, 2 * d * sizeof(float));  // obs and next obs are adjacent
+            prefetch_bytes(rl.obs.data() + s * d, 2 * d * sizeof(float));  // obs and next obs are adjacent
         } else {
-            prefetch_range(rl.obs.data() + s * d, d * sizeof(float));
-            prefetch_range(rl.obs.data(), d * sizeof(float));
+            prefetch_bytes(rl.obs.data() + s * d, d * sizeof(float));
+            prefetch_bytes(rl.obs.data(), d * sizeof(float));
         }
-        __builtin_prefetch(&rl.action[s]);
-        __builtin_prefetch(&rl.reward[s]);
-        __builtin_prefetch(&rl.original_reward[s]);
-        __builtin_prefetch(&rl.episode[s]);
-        __builtin_prefetch(&rl.step[s]);
-        __builtin_prefetch(&rl.flags[s]);
+        prefetch_bytes(&rl.meta[s], sizeof(RlScalars));
+        prefetch(&rl.flags[s]);
     }
 
     // Copies n rows (slots[i] -> output row row0 + i) of one partition, prefetching the rows of later slots so
@@ -993,15 +981,16 @@ private:
         const std::size_t next = s + 1 == st_.cfg.rl_capacity ? 0 : s + 1;
         std::memcpy(out.obs + row * d, rl.obs.data() + s * d, d * sizeof(float));
         std::memcpy(out.next_obs + row * d, rl.obs.data() + next * d, d * sizeof(float));
-        out.action[row] = rl.action[s];
-        out.reward[row] = rl.reward[s];
-        out.original_reward[row] = rl.original_reward[s];
+        const RlScalars& m = rl.meta[s];
+        out.action[row] = m.action;
+        out.reward[row] = m.reward;
+        out.original_reward[row] = m.original_reward;
         out.done[row] = rl.flags[s] & kDone;
         out.truncated[row] = rl.flags[s] & kTruncated;
         out.index[row] = static_cast<std::int64_t>(last.position_of(s) << 1);
         out.from_llm[row] = false;
-        out.episode[row] = rl.episode[s];
-        out.step[row] = rl.step[s];
+        out.episode[row] = m.episode;
+        out.step[row] = m.step;
         out.improvement[row] = 0.0f;
         out.valid[row] = false;
     }

@@ -37,7 +37,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "huge_pages.hpp"
+#include "memory.hpp"
 
 namespace ace_hybrid {
 
@@ -182,16 +182,58 @@ public:
     }
 
     // Prefetches the children of node j of level k (k >= 1) for a coming find / set. O(1).
-    void prefetch_children(std::size_t k, std::size_t j) const {
+    ACE_HYBRID_ALWAYS_INLINE void prefetch_children(std::size_t k, std::size_t j) const {
         prefetch_block(data_.data() + offsets_[k - 1], j * kFanout, sizes_[k - 1]);
     }
 
 private:
+    // Index of the lowest / highest set bit of x != 0.
+    static std::size_t lowest_set_bit(unsigned x) {
+#if defined(__GNUC__) || defined(__clang__)
+        return static_cast<std::size_t>(__builtin_ctz(x));
+#else
+        std::size_t i = 0;
+        while (!(x & 1u)) x >>= 1, ++i;
+        return i;
+#endif
+    }
+    static std::size_t highest_set_bit(unsigned x) {
+#if defined(__GNUC__) || defined(__clang__)
+        return static_cast<std::size_t>(31 - __builtin_clz(x));
+#else
+        std::size_t i = 0;
+        while (x >>= 1) ++i;
+        return i;
+#endif
+    }
+
     // One step of find(): the child of node j (level k) whose interval holds u; u becomes the offset within it.
     std::size_t descend(std::size_t k, std::size_t j, double& u) const {
         const std::size_t lo = j * kFanout;
         const std::size_t hi = std::min(lo + kFanout, sizes_[k - 1]);
         const T* c = data_.data() + offsets_[k - 1];
+        if (hi - lo == kFanout) {
+            // Branch-free form of the loop below (same comparisons and subtractions, so the same result): the
+            // exit branch of the loop is unpredictable and costs more than scanning all 16 children.
+            const T* b = c + lo;
+            double r[kFanout + 1];
+            unsigned hits = 0, positive = 0;
+            r[0] = u;
+            for (std::size_t i = 0; i < kFanout; ++i) {
+                const double v = static_cast<double>(b[i]);
+                hits |= static_cast<unsigned>(r[i] < v) << i;
+                positive |= static_cast<unsigned>(v > 0.0) << i;
+                r[i + 1] = r[i] - v;
+            }
+            if (hits != 0) {
+                const std::size_t chosen = lowest_set_bit(hits);
+                u = r[chosen];
+                return lo + chosen;
+            }
+            const std::size_t last = positive ? highest_set_bit(positive) : 0;
+            u = static_cast<double>(b[last]);
+            return lo + last;
+        }
         std::size_t last_positive = lo;
         for (std::size_t i = lo; i < hi; ++i) {
             const double v = static_cast<double>(c[i]);
@@ -203,10 +245,8 @@ private:
         return last_positive;
     }
 
-    static void prefetch_block(const T* level, std::size_t lo, std::size_t size) {
-        if (lo >= size) return;
-        constexpr std::size_t kPerLine = 64 / sizeof(T);
-        for (std::size_t i = lo; i < std::min(lo + kFanout, size); i += kPerLine) __builtin_prefetch(level + i);
+    ACE_HYBRID_ALWAYS_INLINE static void prefetch_block(const T* level, std::size_t lo, std::size_t size) {
+        if (lo < size) prefetch_bytes(level + lo, (std::min(lo + kFanout, size) - lo) * sizeof(T));
     }
 
     // The combination of the children of node j of level k, in the fixed order described in the header comment.
