@@ -69,7 +69,7 @@ public:
     HugePageAllocator(const HugePageAllocator<U>&) noexcept {}
 
     T* allocate(std::size_t n) {
-        if (n > static_cast<std::size_t>(-1) / sizeof(T) - kHugePage) throw std::bad_array_new_length();
+        if (n > (static_cast<std::size_t>(-1) - kHugePage) / sizeof(T)) throw std::bad_array_new_length();
         const std::size_t bytes = n * sizeof(T);
         if (bytes < kHugeThreshold) return static_cast<T*>(::operator new(bytes, std::align_val_t(kSmallAlign)));
         const std::size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
