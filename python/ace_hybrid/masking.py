@@ -134,7 +134,7 @@ _M = TypeVar("_M", bound="_Masker")
 
 
 class _Masker:
-    """What both maskers share: the rules, taken once by keyword and handed to ``_build`` as a RuleParameters."""
+    """What both maskers share: the rules, taken by keyword once and passed to ``_build``."""
 
     def __init__(
         self,
