@@ -57,9 +57,9 @@ ROWS = [
     (np.full((N, D), nan, f32), ValueError), (np.array([["a"] * D] * N), TypeError), (None, ValueError),
 ]
 INT_COL = [
-    (np.zeros(N, f32), TypeError), (np.zeros(N + 1, np.int64), ValueError),
+    (np.zeros(N, f32), ValueError), (np.zeros(N + 1, np.int64), ValueError),
     (np.zeros((N, 1), np.int64), ValueError), (np.full(N, -1), ValueError), ([0] * N, TypeError),
-    (np.array(["a"] * N), TypeError),
+    (np.array(["a"] * N), ValueError),
 ]
 EP_COL = INT_COL + [(np.full(N, 2**31), ValueError), (np.full(N, 2**64 - 1, np.uint64), ValueError)]
 FLOAT_COL = [
@@ -67,11 +67,11 @@ FLOAT_COL = [
     (np.zeros(N + 1, f32), ValueError), (np.zeros((N, 2), f32), ValueError), (None, ValueError),
 ]
 BOOL_COL = [
-    (np.zeros(N, f32), TypeError), (np.full(N, 2), ValueError), (np.zeros(N + 1, bool), ValueError),
-    (np.array(["a"] * N), TypeError),
+    (np.zeros(N, f32), ValueError), (np.full(N, 2), ValueError), (np.zeros(N + 1, bool), ValueError),
+    (np.array(["a"] * N), ValueError),
 ]
 HANDLES = [
-    (np.array([-2, 0]), IndexError), (np.array([10**6, 0]), IndexError), (np.array([0.0, 2.0]), TypeError),
+    (np.array([-2, 0]), IndexError), (np.array([10**6, 0]), IndexError), (np.array([0.0, 2.0]), ValueError),
     (np.array([[0, 2]]), ValueError), (np.array([0, 2, 4]), ValueError), (None, TypeError),
 ]
 PRIORITIES = [

@@ -110,6 +110,9 @@ def test_wrong_magic_and_version_are_named(saved):
     path.write_bytes(data[:8] + (99).to_bytes(4, "little") + data[12:])
     with pytest.raises(ValueError, match="version 99"):
         MixedReplayBuffer.load(path)
+    path.write_bytes(data[:8] + (1).to_bytes(4, "little") + data[12:])  # the layout before RL scalar records
+    with pytest.raises(ValueError, match=r"unsupported format version 1 \(this build reads version 2\)"):
+        MixedReplayBuffer.load(path)
     path.write_bytes(b"")
     with pytest.raises(ValueError, match="truncated"):
         MixedReplayBuffer.load(path)
@@ -149,7 +152,7 @@ def _blocks(total: int, header: int) -> list[int]:
     """Block sizes in the order MixedReplay::save writes them (D = 1, capacities 3 and 1)."""
     fixed = [8, 4, 4] + [8] * 8 + [1, 1, 4, 4] + [8] * 4
     assert sum(fixed) == header
-    rl = [12, 24, 12, 12, 12, 12, 3, 8 * 4, 4 * 4]
+    rl = [12, 3 * 24, 3, 8 * 4, 4 * 4]  # obs, scalar records (action, rewards, episode, step), flags, trees
     llm = [4, 4, 8, 4, 4, 4, 4, 4, 1, 8]
     sizes = fixed + rl + llm
     assert sum(sizes) == total

@@ -78,6 +78,16 @@ ObsArrays check_obs(const LegalityMasker& m, py::handle line_status, py::handle 
     return o;
 }
 
+// mask() or group_mask() (`method`) of one observation into a new (n,) bool array.
+template <typename Method>
+py::array_t<bool> one_observation(const LegalityMasker& lm, Method method, py::ssize_t n, py::handle line_status,
+                                  py::handle cooldown_line, py::handle cooldown_sub) {
+    ObsArrays o = check_obs(lm, line_status, cooldown_line, cooldown_sub, 1);
+    py::array_t<bool> out(n);
+    (lm.*method)(o.status.data(), o.cooldown_line.data(), o.cooldown_sub.data(), out.mutable_data());
+    return out;
+}
+
 }  // namespace
 
 void bind_masking(py::module_& m) {
@@ -222,10 +232,8 @@ void bind_masking(py::module_& m) {
         .def(
             "mask",
             [](const LegalityMasker& lm, py::handle line_status, py::handle cooldown_line, py::handle cooldown_sub) {
-                ObsArrays o = check_obs(lm, line_status, cooldown_line, cooldown_sub, 1);
-                py::array_t<bool> out(static_cast<py::ssize_t>(lm.n_actions()));
-                lm.mask(o.status.data(), o.cooldown_line.data(), o.cooldown_sub.data(), out.mutable_data());
-                return out;
+                return one_observation(lm, &LegalityMasker::mask, static_cast<py::ssize_t>(lm.n_actions()),
+                                       line_status, cooldown_line, cooldown_sub);
             },
             py::arg("line_status"), py::arg("cooldown_line"), py::arg("cooldown_sub"),
             "Legal mask for one observation: line_status (n_line,) bool (or 0/1 ints), cooldown_line (n_line,)\n"
@@ -252,10 +260,9 @@ void bind_masking(py::module_& m) {
         .def(
             "group_mask",
             [](const LegalityMasker& lm, py::handle line_status, py::handle cooldown_line, py::handle cooldown_sub) {
-                ObsArrays o = check_obs(lm, line_status, cooldown_line, cooldown_sub, 1);
-                py::array_t<bool> out(static_cast<py::ssize_t>(lm.footprint().n_groups()));
-                lm.group_mask(o.status.data(), o.cooldown_line.data(), o.cooldown_sub.data(), out.mutable_data());
-                return out;
+                return one_observation(lm, &LegalityMasker::group_mask,
+                                       static_cast<py::ssize_t>(lm.footprint().n_groups()), line_status,
+                                       cooldown_line, cooldown_sub);
             },
             py::arg("line_status"), py::arg("cooldown_line"), py::arg("cooldown_sub"),
             "Legality of each distinct footprint (n_groups,) bool; mask == group_mask[footprint.group_of].")

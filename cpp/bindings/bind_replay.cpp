@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <mutex>
 #include <new>
 #include <utility>
@@ -29,6 +30,18 @@ namespace {
 
 using checks::carray;
 constexpr std::int64_t kMaxOutFloats = std::int64_t(1) << 31;  // per output observation array
+constexpr std::int64_t kMaxAction = std::numeric_limits<std::int64_t>::max();
+
+// An integer column as int64 (any int64 value; the caller or the core checks ranges).
+carray<std::int64_t> int64_column(const py::array& a, const char* name) {
+    using lim = std::numeric_limits<std::int64_t>;
+    return checks::require_integer_array<std::int64_t>(a, name, lim::min(), lim::max());
+}
+
+// A (n,) boolean column: bools, or integers holding only 0 and 1.
+carray<bool> bool_column(const py::array& a, const char* name) {
+    return checks::require_integer_array<bool>(a, name, 0, 1, /*allow_bool=*/true);
+}
 
 // Recycled memory for batch outputs. Every output column of a batch lives in one block; the numpy arrays keep the
 // block alive through a shared capsule, and when the last of them is freed the block returns here instead of to
@@ -160,14 +173,6 @@ void check_rows(std::int64_t n, std::int64_t d, const char* name) {
     }
 }
 
-void check_action(std::int64_t a, std::size_t i) {
-    if (a < 0) {
-        std::ostringstream os;
-        os << "action[" << i << "] = " << a << " out of range [0, 2^63)";
-        throw std::invalid_argument(os.str());
-    }
-}
-
 // Rethrows a std::system_error as Python OSError(errno, message) (FileNotFoundError etc. by errno).
 [[noreturn]] void raise_os_error(const std::system_error& e) {
     py::object err = py::module_::import("builtins").attr("OSError")(e.code().value(), std::string(e.what()));
@@ -206,8 +211,6 @@ py::ssize_t check_batch_inputs(BatchInputs& b, std::size_t d, bool llm) {
         vec(b.improvement, "improvement");
         vec(b.valid, "valid");
     }
-    const std::int64_t* a = b.action.data();
-    for (py::ssize_t i = 0; i < n; ++i) check_action(a[i], static_cast<std::size_t>(i));
     return n;
 }
 
@@ -256,12 +259,12 @@ py::array_t<std::int64_t> add_batch(MixedReplay& self, bool llm, const carray<fl
                   reward,
                   next_obs,
                   improvement,
-                  checks::require_int_array(action, "action"),
-                  checks::require_int_array(episode, "episode"),
-                  checks::require_int_array(step, "step"),
-                  checks::require_bool_array(done, "done"),
-                  checks::require_bool_array(truncated, "truncated"),
-                  llm ? checks::require_bool_array(valid, "valid") : carray<bool>(0)};
+                  checks::require_integer_array<std::int64_t>(action, "action", 0, kMaxAction),
+                  int64_column(episode, "episode"),  // ranges checked by the core, naming the row
+                  int64_column(step, "step"),
+                  bool_column(done, "done"),
+                  bool_column(truncated, "truncated"),
+                  llm ? bool_column(valid, "valid") : carray<bool>(0)};
     const std::size_t d = static_cast<std::size_t>(self.config().obs_dim);
     const py::ssize_t n = check_batch_inputs(b, d, llm);
     py::array_t<std::int64_t> handles(n);
@@ -286,7 +289,7 @@ std::int64_t add_one(MixedReplay& self, bool llm, const carray<float>& obs, std:
     checks::require_dim(obs, "obs", 0, static_cast<py::ssize_t>(d));
     checks::require_ndim(next_obs, "next_obs", 1);
     checks::require_dim(next_obs, "next_obs", 0, static_cast<py::ssize_t>(d));
-    check_action(action, 0);
+    checks::require_in<std::int64_t>(action, 0, kMaxAction, "action");
     const float r = static_cast<float>(reward);
     if (!std::isfinite(reward) || !std::isfinite(r)) {
         std::ostringstream os;
@@ -324,7 +327,7 @@ std::int64_t add_one(MixedReplay& self, bool llm, const carray<float>& obs, std:
 }
 
 carray<std::int64_t> handles_of(const py::array& index) {
-    auto h = checks::require_int_array(index, "index");
+    auto h = int64_column(index, "index");  // a negative or unissued handle is an IndexError from the core
     checks::require_ndim(h, "index", 1);
     return h;
 }
@@ -355,7 +358,7 @@ Thread-safe for concurrent writer and sampler threads; batched calls release the
                 cfg.beta = beta;
                 cfg.tau = tau;
                 validate_config(cfg);  // before allocating
-                const std::uint64_t s = checks::require_u64(seed, "seed");
+                const std::uint64_t s = checks::require_uint64(seed, "seed");
                 py::gil_scoped_release release;
                 return new MixedReplay(cfg, s);
             }),
@@ -545,7 +548,7 @@ Thread-safe for concurrent writer and sampler threads; batched calls release the
         }
         Rng::State s;
         const char* names[4] = {"state[0]", "state[1]", "state[2]", "state[3]"};
-        for (std::size_t i = 0; i < 4; ++i) s[i] = checks::require_u64(state[i], names[i]);
+        for (std::size_t i = 0; i < 4; ++i) s[i] = checks::require_uint64(state[i], names[i]);
         py::gil_scoped_release release;
         self.set_rng_state(s);
     }, py::arg("state"), "Restores a state from get_rng_state(); ValueError for out-of-range or all-zero words.");

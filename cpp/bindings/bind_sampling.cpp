@@ -24,7 +24,6 @@ namespace {
 
 using sampling::MaskedRows;
 using sampling::OnEmpty;
-using sampling::Xoshiro256ss;
 
 // Checked, C-contiguous views of (logits, mask) that keep the arrays alive.
 struct RowsInput {
@@ -108,12 +107,12 @@ void without_gil(Fn&& fn) {
     if (err) std::rethrow_exception(err);
 }
 
-py::tuple state_tuple(const Xoshiro256ss& g) {
+py::tuple state_tuple(const Rng& g) {
     const auto s = g.state();
     return py::make_tuple(s[0], s[1], s[2], s[3]);
 }
 
-void set_state_from(Xoshiro256ss& g, const py::handle& state) {
+void set_state_from(Rng& g, const py::handle& state) {
     if (!py::isinstance<py::sequence>(state) || py::isinstance<py::str>(state))
         throw py::type_error("state must be a sequence of 4 integers in [0, 2^64)");
     const auto seq = py::reinterpret_borrow<py::sequence>(state);
@@ -122,7 +121,7 @@ void set_state_from(Xoshiro256ss& g, const py::handle& state) {
         os << "state must have 4 integers, got " << seq.size();
         throw std::invalid_argument(os.str());
     }
-    Xoshiro256ss::State s{};
+    Rng::State s{};
     for (std::size_t i = 0; i < 4; ++i) s[i] = checks::require_uint64(seq[i], "state element");
     g.set_state(s);
 }
@@ -130,23 +129,23 @@ void set_state_from(Xoshiro256ss& g, const py::handle& state) {
 }  // namespace
 
 void bind_sampling(py::module_& m) {
-    py::class_<Xoshiro256ss>(m, "SamplingGenerator",
+    py::class_<Rng>(m, "SamplingGenerator",
                              "Seedable random generator for the masked samplers: xoshiro256** seeded through "
                              "splitmix64 (256-bit state, period 2^256 - 1).\n\n"
                              "Not thread-safe: use one generator per thread. Its state can be read and restored "
                              "(get_state / set_state) and it pickles, so runs can be checkpointed and replayed.")
-        .def(py::init([](const py::object& seed) { return Xoshiro256ss(checks::require_uint64(seed, "seed")); }),
+        .def(py::init([](const py::object& seed) { return Rng(checks::require_uint64(seed, "seed")); }),
              py::arg("seed"), "Creates a generator from an integer seed in [0, 2^64).")
         .def(
-            "get_state", [](const Xoshiro256ss& g) { return state_tuple(g); },
+            "get_state", [](const Rng& g) { return state_tuple(g); },
             "The 256-bit state as a tuple of four integers in [0, 2^64).")
         .def(
-            "set_state", [](Xoshiro256ss& g, const py::object& state) { set_state_from(g, state); },
+            "set_state", [](Rng& g, const py::object& state) { set_state_from(g, state); },
             py::arg("state"),
             "Restores a state from get_state(): four integers in [0, 2^64), not all zero.")
         .def(
             "uniform",
-            [](Xoshiro256ss& g, std::int64_t size) {
+            [](Rng& g, std::int64_t size) {
                 checks::require_in<std::int64_t>(size, 0, std::int64_t{1} << 40, "size");
                 py::array_t<double> out(static_cast<py::ssize_t>(size));
                 double* p = out.mutable_data();
@@ -157,19 +156,19 @@ void bind_sampling(py::module_& m) {
             "Draws `size` float64 values uniform in [0, 1) (53 random bits each), advancing the state. "
             "The samplers draw exactly one such value per row.")
         .def("__repr__",
-             [](const Xoshiro256ss& g) {
+             [](const Rng& g) {
                  return "SamplingGenerator(state=" + py::repr(state_tuple(g)).cast<std::string>() + ")";
              })
-        .def(py::pickle([](const Xoshiro256ss& g) { return state_tuple(g); },
+        .def(py::pickle([](const Rng& g) { return state_tuple(g); },
                         [](const py::tuple& state) {
-                            Xoshiro256ss g;
+                            Rng g;
                             set_state_from(g, state);
                             return g;
                         }));
 
     m.def(
         "sample_masked_logits",
-        [](const py::object& logits, const py::object& mask, Xoshiro256ss& generator, double temperature,
+        [](const py::object& logits, const py::object& mask, Rng& generator, double temperature,
            const std::string& on_empty, std::int64_t fallback_index, int num_threads) {
             auto in = prepare(logits, mask, on_empty, fallback_index);
             checks::require_in(temperature, 1e-30, 1e30, "temperature");

@@ -80,7 +80,8 @@ void require_in(T x, T lo, T hi, const char* name) {
 // Converts obj (array or sequence) to a C-contiguous array of T after requiring an integer dtype (or a boolean one
 // if allow_bool; an empty array may have any numeric dtype) and every value in [lo, hi]: floats, objects and
 // strings are rejected instead of silently truncated, and values are range-checked before any narrowing cast.
-// Copies only when obj is not already a C-contiguous T array. ValueError names the argument and the value.
+// Copies only when obj is not already a C-contiguous T array. ValueError names the argument and the dtype or the
+// value. A boolean column is require_integer_array<bool>(obj, name, 0, 1, true): bools, or integers 0 and 1.
 template <typename T>
 carray<T> require_integer_array(py::handle obj, const char* name, std::int64_t lo, std::int64_t hi,
                                 bool allow_bool = false) {
@@ -138,10 +139,6 @@ std::vector<T> to_vector(const A& arr) {
     return std::vector<T>(arr.data(), arr.data() + arr.size());
 }
 
-}  // namespace ace_hybrid::checks
-
-namespace ace_hybrid::checks {
-
 // dtype name as numpy prints it ("float32", "bool", ">f4" shows as "float32" with byte order elided).
 inline std::string dtype_str(const py::array& a) { return py::str(a.dtype()).cast<std::string>(); }
 
@@ -192,62 +189,6 @@ inline std::size_t require_choice(const std::string& s, const std::vector<std::s
     for (std::size_t i = 0; i < options.size(); ++i) os << (i ? ", " : "") << '"' << options[i] << '"';
     os << "}";
     throw std::invalid_argument(os.str());
-}
-
-}  // namespace ace_hybrid::checks
-
-namespace ace_hybrid::checks {
-
-// An integer array (numpy kind 'i' or 'u'; floats are refused rather than silently truncated), converted to a
-// C-contiguous int64 array. TypeError (py::type_error) for any other dtype.
-inline carray<std::int64_t> require_int_array(const py::array& a, const char* name) {
-    const char kind = a.dtype().kind();
-    if (kind != 'i' && kind != 'u') {
-        std::ostringstream os;
-        os << name << " must be an integer array, got dtype " << py::str(a.dtype()).cast<std::string>();
-        throw py::type_error(os.str());
-    }
-    return carray<std::int64_t>::ensure(a);
-}
-
-// A boolean array (numpy kind 'b', or an integer array holding only 0 and 1), converted to C-contiguous bool.
-inline carray<bool> require_bool_array(const py::array& a, const char* name) {
-    const char kind = a.dtype().kind();
-    if (kind == 'b') return carray<bool>::ensure(a);
-    if (kind != 'i' && kind != 'u') {
-        std::ostringstream os;
-        os << name << " must be a boolean array, got dtype " << py::str(a.dtype()).cast<std::string>();
-        throw py::type_error(os.str());
-    }
-    auto ints = carray<std::int64_t>::ensure(a);
-    const std::int64_t* p = ints.data();
-    for (py::ssize_t i = 0; i < ints.size(); ++i) {
-        if (p[i] != 0 && p[i] != 1) {
-            std::ostringstream os;
-            os << name << "[" << i << "] = " << p[i] << " is not a boolean (0 or 1)";
-            throw std::invalid_argument(os.str());
-        }
-    }
-    return carray<bool>::ensure(a);
-}
-
-// A Python int in [0, 2^64), as uint64; ValueError naming the argument otherwise, TypeError if not an int.
-inline std::uint64_t require_u64(const py::handle& obj, const char* name) {
-    if (!PyLong_Check(obj.ptr()) && !PyIndex_Check(obj.ptr())) {
-        std::ostringstream os;
-        os << name << " must be an int, got " << py::str(py::type::of(obj)).cast<std::string>();
-        throw py::type_error(os.str());
-    }
-    py::int_ v = py::reinterpret_steal<py::int_>(PyNumber_Index(obj.ptr()));
-    if (!v) throw py::error_already_set();
-    const unsigned long long x = PyLong_AsUnsignedLongLong(v.ptr());
-    if (x == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
-        PyErr_Clear();
-        std::ostringstream os;
-        os << name << " = " << py::str(v).cast<std::string>() << " out of range [0, 2^64)";
-        throw std::invalid_argument(os.str());
-    }
-    return static_cast<std::uint64_t>(x);
 }
 
 }  // namespace ace_hybrid::checks

@@ -1,4 +1,5 @@
 // Unit tests of the B-ary sum / max trees (cpp/include/ace_hybrid/sum_tree.hpp).
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -103,4 +104,72 @@ ACE_TEST(rng_is_deterministic_and_uniform_in_unit_interval) {
     d.set_state(a.state());
     CHECK(d.next_u64() == a.next_u64());
     CHECK_THROWS(d.set_state(Rng::State{0, 0, 0, 0}), std::invalid_argument);
+}
+
+ACE_TEST(sum_tree_find_batch_equals_find_including_rounding_edges) {
+    for (std::size_t n : {1u, 5u, 16u, 17u, 300u, 4097u, 70000u}) {
+        SumTree t(n);
+        Rng rng(n + 7);
+        for (std::size_t i = 0; i < n; ++i) t.set(i, rng.uniform() < 0.3 ? 0.0 : rng.uniform() * 10.0);
+        t.set(n - 1, 0.0);  // a zero last leaf: u past the end must still land on a positive leaf
+        if (t.root() == 0.0) t.set(0, 1.0);
+        const std::size_t b = 257;
+        std::vector<double> u(b), scratch(b);
+        for (std::size_t j = 0; j < b; ++j) u[j] = (j + rng.uniform()) * t.root() / static_cast<double>(b);
+        u[b - 1] = t.root();       // exactly the total: past every interval
+        u[b - 2] = 2 * t.root();   // far past it
+        scratch = u;
+        std::vector<std::size_t> leaf(b);
+        t.find_batch(scratch.data(), leaf.data(), b);
+        for (std::size_t j = 0; j < b; ++j) {
+            CHECK(leaf[j] == t.find(u[j]));
+            CHECK(t.leaf(leaf[j]) > 0.0);
+        }
+    }
+}
+
+ACE_TEST(set_many_equals_the_same_sets_one_by_one_bit_for_bit) {
+    for (std::size_t n : {1u, 16u, 33u, 1000u, 5000u}) {
+        SumTree a(n), b(n);
+        MaxTree ma(n), mb(n);
+        Rng rng(n);
+        for (int round = 0; round < 20; ++round) {
+            const std::size_t m = 1 + static_cast<std::size_t>(rng.next_u64() % 300);
+            std::vector<std::size_t> idx(m);
+            std::vector<double> v(m);
+            std::vector<float> f(m);
+            for (std::size_t j = 0; j < m; ++j) {
+                // sorted runs with repeats (a sampled batch) mixed with arbitrary order
+                idx[j] = round % 2 ? (j * n / m) : static_cast<std::size_t>(rng.next_u64() % n);
+                v[j] = rng.uniform() < 0.1 ? 0.0 : rng.uniform() * 1e3;
+                f[j] = static_cast<float>(v[j]);
+            }
+            a.set_many(idx.data(), v.data(), m);
+            ma.set_many(idx.data(), f.data(), m);
+            for (std::size_t j = 0; j < m; ++j) {
+                b.set(idx[j], v[j]);
+                mb.set(idx[j], f[j]);
+            }
+            CHECK(a.data() == b.data());
+            CHECK(ma.data() == mb.data());
+            CHECK(a.check() && ma.check());
+        }
+    }
+}
+
+ACE_TEST(max_tree_with_early_stop_equals_its_rebuild_after_random_updates) {
+    for (std::size_t n : {2u, 16u, 17u, 257u, 4097u}) {
+        MaxTree m(n);
+        Rng rng(n);
+        for (int k = 0; k < 20000; ++k) {
+            const std::size_t i = static_cast<std::size_t>(rng.next_u64() % n);
+            // few distinct values, so ties and "the maximum fell" are frequent
+            const float v = static_cast<float>(rng.next_u64() % 5);
+            m.set(i, v);
+        }
+        CHECK(m.check());
+        float expect = 0.0f;
+        for (std::size_t i = 0; i < n; ++i) expect = std::max(expect, m.leaf(i));
+        CHECK(m.root() == expect);
+    }
 }

@@ -22,7 +22,7 @@ Not covered: Grid2Op's step also rejects a ``set_line_status=+1`` whose previous
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -130,7 +130,36 @@ def _as_footprint(footprint: Any) -> _core.ActionFootprint:
     raise TypeError(f"expected an ActionFootprint or an object with .footprint(), got {type(footprint).__name__}")
 
 
-class LegalityMasker:
+_M = TypeVar("_M", bound="_Masker")
+
+
+class _Masker:
+    """What both maskers share: the rules, taken by keyword once and passed to ``_build``."""
+
+    def __init__(
+        self,
+        footprint: Any,
+        *,
+        max_sub_changed: int = 1,
+        max_line_status_changed: int = 1,
+        sub_area: npt.ArrayLike | None = None,
+        line_area: npt.ArrayLike | None = None,
+        check_limits: bool = True,
+        check_cooldowns: bool = True,
+    ) -> None:
+        self._build(_as_footprint(footprint), RuleParameters(
+            max_sub_changed, max_line_status_changed, sub_area, line_area, check_limits, check_cooldowns))
+
+    def _build(self, footprint: _core.ActionFootprint, rules: RuleParameters) -> None:
+        raise NotImplementedError
+
+    @classmethod
+    def for_env(cls: type[_M], env: Any, footprint: Any) -> _M:
+        """A masker with the rules of a Grid2Op environment (see :func:`rule_parameters`)."""
+        return cls(footprint, **rule_parameters(env)._asdict())
+
+
+class LegalityMasker(_Masker):
     """Grid2Op's legality verdict for every action of a catalog, per observation.
 
     Parameters
@@ -145,40 +174,8 @@ class LegalityMasker:
         Switch the counting / cooldown rule off (``PreventReconnection`` / ``LookParam`` alone).
     """
 
-    def __init__(
-        self,
-        footprint: Any,
-        *,
-        max_sub_changed: int = 1,
-        max_line_status_changed: int = 1,
-        sub_area: npt.ArrayLike | None = None,
-        line_area: npt.ArrayLike | None = None,
-        check_limits: bool = True,
-        check_cooldowns: bool = True,
-    ) -> None:
-        self._core = _core.LegalityMasker(
-            _as_footprint(footprint),
-            max_sub_changed=max_sub_changed,
-            max_line_status_changed=max_line_status_changed,
-            sub_area=sub_area,
-            line_area=line_area,
-            check_limits=check_limits,
-            check_cooldowns=check_cooldowns,
-        )
-
-    @classmethod
-    def for_env(cls, env: Any, footprint: Any) -> LegalityMasker:
-        """A masker with the rules of a Grid2Op environment (see :func:`rule_parameters`)."""
-        p = rule_parameters(env)
-        return cls(
-            footprint,
-            max_sub_changed=p.max_sub_changed,
-            max_line_status_changed=p.max_line_status_changed,
-            sub_area=p.sub_area,
-            line_area=p.line_area,
-            check_limits=p.check_limits,
-            check_cooldowns=p.check_cooldowns,
-        )
+    def _build(self, footprint: _core.ActionFootprint, rules: RuleParameters) -> None:
+        self._core = _core.LegalityMasker(footprint, **rules._asdict())
 
     @property
     def core(self) -> _core.LegalityMasker:
@@ -222,28 +219,18 @@ class LegalityMasker:
         return repr(self._core)
 
 
-class NumpyLegalityMasker:
+class NumpyLegalityMasker(_Masker):
     """The same rules in plain vectorised numpy, action by action (no grouping): the reference implementation.
 
     Parameters are those of :class:`LegalityMasker`.
     """
 
-    def __init__(
-        self,
-        footprint: Any,
-        *,
-        max_sub_changed: int = 1,
-        max_line_status_changed: int = 1,
-        sub_area: npt.ArrayLike | None = None,
-        line_area: npt.ArrayLike | None = None,
-        check_limits: bool = True,
-        check_cooldowns: bool = True,
-    ) -> None:
-        fp = _as_footprint(footprint)
+    def _build(self, fp: _core.ActionFootprint, rules: RuleParameters) -> None:
+        sub_area, line_area = rules.sub_area, rules.line_area
         n, n_sub, n_line = int(fp.n_actions), int(fp.n_sub), int(fp.n_line)
         self.n_actions, self.n_sub, self.n_line = n, n_sub, n_line
-        self.max_sub, self.max_line = int(max_sub_changed), int(max_line_status_changed)
-        self.check_limits, self.check_cooldowns = bool(check_limits), bool(check_cooldowns)
+        self.max_sub, self.max_line = int(rules.max_sub_changed), int(rules.max_line_status_changed)
+        self.check_limits, self.check_cooldowns = bool(rules.check_limits), bool(rules.check_cooldowns)
         self.sub_area = np.zeros(n_sub, np.int64) if sub_area is None else np.asarray(sub_area, np.int64)
         self.line_area = np.zeros(n_line, np.int64) if line_area is None else np.asarray(line_area, np.int64)
         self.n_area = int(max(self.sub_area.max(initial=0), self.line_area.max(initial=0))) + 1

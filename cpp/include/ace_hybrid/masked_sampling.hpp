@@ -10,7 +10,7 @@
 //   - splits rows over `num_threads` std::threads (results do not depend on the thread count);
 //   - reports the error of the lowest failing row, thrown on the calling thread.
 // Thread safety: the functions are reentrant; concurrent calls are safe as long as they do not share an
-// output buffer or a Xoshiro256ss (a generator is not synchronised: one owner at a time).
+// output buffer or an Rng (a generator is not synchronised: one owner at a time).
 //
 // Sampling algorithm (one pass over memory per row):
 //
@@ -46,60 +46,11 @@
 #include <utility>
 #include <vector>
 
+#include "rng.hpp"
+
 namespace ace_hybrid::sampling {
 
-// ---------------------------------------------------------------------------------------------------------------
-// Generator: xoshiro256** (Blackman & Vigna 2018) seeded through splitmix64. 256 bits of state, period 2^256 - 1.
-// Cost: O(1) per draw. Not thread-safe: one owner at a time. The all-zero state is invalid and rejected.
-// ---------------------------------------------------------------------------------------------------------------
-class Xoshiro256ss {
-public:
-    using State = std::array<std::uint64_t, 4>;
-
-    explicit Xoshiro256ss(std::uint64_t seed = 0) { reseed(seed); }
-
-    // Expands a 64-bit seed into the 256-bit state with splitmix64 (never all zero). O(1).
-    void reseed(std::uint64_t seed) {
-        std::uint64_t x = seed;
-        for (auto& w : s_) w = splitmix64(x);
-    }
-
-    // Next raw 64-bit output. O(1).
-    std::uint64_t next() {
-        const std::uint64_t result = rotl(s_[1] * 5, 7) * 9;
-        const std::uint64_t t = s_[1] << 17;
-        s_[2] ^= s_[0];
-        s_[3] ^= s_[1];
-        s_[1] ^= s_[2];
-        s_[0] ^= s_[3];
-        s_[2] ^= t;
-        s_[3] = rotl(s_[3], 45);
-        return result;
-    }
-
-    // Uniform double in [0, 1) with 53 random bits (multiples of 2^-53). O(1).
-    double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
-
-    State state() const { return s_; }
-
-    // Throws std::invalid_argument for the all-zero state (xoshiro would then output zeros forever).
-    void set_state(const State& s) {
-        if (s[0] == 0 && s[1] == 0 && s[2] == 0 && s[3] == 0)
-            throw std::invalid_argument("generator state must not be all zero");
-        s_ = s;
-    }
-
-    static std::uint64_t splitmix64(std::uint64_t& x) {
-        std::uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-        return z ^ (z >> 31);
-    }
-
-private:
-    static std::uint64_t rotl(std::uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-    State s_{};
-};
+// The generator is the package's one xoshiro256** (ace_hybrid::Rng, rng.hpp); SamplingGenerator in Python wraps it.
 
 // What to do with a row that has no legal action with a finite logit.
 enum class OnEmpty { Error, Index };
@@ -515,7 +466,7 @@ inline int auto_threads(std::int64_t batch, std::int64_t n) {
 }
 
 // Draws one action per row with probability softmax(logits / temperature) over the legal actions.
-//   uniforms:  batch values in [0, 1), one per row (draw them from a Xoshiro256ss with uniform() in row order;
+//   uniforms:  batch values in [0, 1), one per row (draw them from an Rng with uniform() in row order;
 //              taking them as input keeps the generator on the caller's thread and the result independent of
 //              the thread count).
 //   actions:   batch outputs; log_probs: batch outputs (log-probability of the chosen action, double);
