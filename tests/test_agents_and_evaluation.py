@@ -98,3 +98,18 @@ def test_greedy_expert_outlasts_doing_nothing(make_grid_env) -> None:
     assert base["steps_survived"] < base["max_steps"]
     assert greedy["steps_survived"] > base["steps_survived"]
     assert 0 < greedy["simulations"] <= 12 * greedy["decisions"] + greedy_agent.safe_rule.simulations
+
+
+def test_l2rpn_score_is_computed_on_a_private_copy(make_grid_env) -> None:
+    from pathlib import Path
+
+    from ace_hybrid.grid.scores import cache_dir, score_report
+
+    env = make_grid_env("l2rpn_case14_sandbox")
+    report = evaluate(env, make_agent("do-nothing", env), [(1, 4)], max_steps=20, progress=False)
+    score_report(report, lambda e: make_agent("do-nothing", e), max_steps=20, env_name="l2rpn_case14_sandbox")
+    assert "ScoreL2RPN2020" in report.score_note
+    assert report.episodes[0].score is not None and np.isfinite(report.episodes[0].score)
+    copies = list((Path(cache_dir()) / "score_envs" / "l2rpn_case14_sandbox").iterdir())
+    assert copies and all(len(list((c / "chronics").iterdir())) == 1 for c in copies if c.is_dir())
+    assert "n/a" not in report.to_markdown().splitlines()[-1]

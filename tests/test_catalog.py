@@ -14,7 +14,10 @@ from ace_hybrid.grid.env import reset_episode
 pytestmark = pytest.mark.grid2op
 
 
-@pytest.mark.parametrize(("name", "n_bus"), [("l2rpn_case14_sandbox", 178), ("l2rpn_neurips_2020_track1", 66_810)])
+@pytest.mark.parametrize(("name", "n_bus"), [
+    ("l2rpn_case14_sandbox", 178), ("l2rpn_wcci_2020", 66_810), ("l2rpn_neurips_2020_track1", 66_810),
+    ("l2rpn_icaps_2021", 66_810), ("l2rpn_idf_2023", 72_973),
+])
 def test_catalog_holds_do_nothing_line_status_and_every_bus_assignment(make_grid_env, name, n_bus, tmp_path) -> None:
     env = make_grid_env(name)
     started = time.perf_counter()
