@@ -12,6 +12,10 @@ BENCH_DEPS := "pytest-benchmark>=4" cpprb tianshou torchrl
 CPP_BUILD := build/cpp-tests
 PYTEST_ARGS ?=
 SAN_BUILD := build/sanitize
+# The tests that drive the compiled core (the rest is Python over it).
+SAN_TESTS := tests/test_replay_sampling.py tests/test_replay_storage.py tests/test_replay_io.py \
+  tests/test_replay_threads.py tests/test_replay_args.py tests/test_sampling.py tests/test_sampling_bad_input.py \
+  tests/test_topology.py tests/test_topology_bad_input.py tests/test_masking.py tests/test_catalog.py
 
 .PHONY: help venv install test test-cpp test-py dev stubs bench sanitize wheel clean
 
@@ -73,7 +77,7 @@ sanitize: venv
 	rm -rf $(SAN_BUILD)/pkg && mkdir -p $(SAN_BUILD)/pkg && cp -r python/ace_hybrid $(SAN_BUILD)/pkg/ && cp $(SAN_BUILD)/_core*.so $(SAN_BUILD)/pkg/ace_hybrid/
 	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  LD_PRELOAD="$$(g++ -print-file-name=libasan.so) $$(g++ -print-file-name=libubsan.so)" \
-	  PYTHONPATH=$(abspath $(SAN_BUILD)/pkg) $(PY) -m pytest -x -q -m "not slow"
+	  PYTHONPATH=$(abspath $(SAN_BUILD)/pkg) $(PY) -m pytest -x -q -m "not slow" $(SAN_TESTS)
 
 wheel: venv
 	$(PIP) wheel --no-build-isolation --no-deps -w dist .
