@@ -920,7 +920,7 @@ def training_section(cfg: RunConfig) -> SectionReport:
         ["raw: do-nothing agent + safe rule", f"{steps / total_time:,.0f}", fmt_time(env_time), "-",
          fmt_time(raw_other), f"{raw_other / env_time:.0%}"],
         [f"training loop ({summary['decisions']} decisions, {summary['updates']} updates)", f"{steps / loop:,.0f}",
-         fmt_time(split["env"]), fmt_time(split["update"]), fmt_time(other), f"{ratio:.0%}"],
+         fmt_time(split["env"]), fmt_time(split["update"]), fmt_time(other), f"{other / split['env']:.0%}"],
     ]
     return SectionReport(
         "training", title, header, rows,

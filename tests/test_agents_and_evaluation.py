@@ -113,3 +113,20 @@ def test_l2rpn_score_is_computed_on_a_private_copy(make_grid_env) -> None:
     copies = list((Path(cache_dir()) / "score_envs" / "l2rpn_case14_sandbox").iterdir())
     assert copies and all(len(list((c / "chronics").iterdir())) == 1 for c in copies if c.is_dir())
     assert "n/a" not in report.to_markdown().splitlines()[-1]
+
+
+def test_safe_rule_reverts_a_split_substation(make_grid_env) -> None:
+    from ace_hybrid.grid.catalog import ActionCatalog
+
+    env = make_grid_env("l2rpn_case14_sandbox")
+    catalog = ActionCatalog.for_env(env)
+    obs = reset_episode(env, 0, 0)
+    split = int(np.flatnonzero(catalog.n_bus2 > 0)[0])  # the first assignment that splits a substation
+    sub = int(catalog.substation[split])
+    obs, *_ = env.step(catalog.action(split))
+    for _ in range(env.parameters.NB_TIMESTEP_COOLDOWN_SUB):
+        obs, *_ = env.step(env.action_space({}))
+    assert (obs.sub_topology(sub) == 2).any() and obs.time_before_cooldown_sub[sub] == 0
+    action = SafeRule(env.action_space, threshold=5.0)(obs)
+    impact = action.get_topological_impact()[1]
+    assert impact[sub] and (action.set_bus[action.set_bus != 0] == 1).all()

@@ -258,7 +258,7 @@ def store(run: Run, p: Pending, next_x: np.ndarray, *, done: bool, truncated: bo
 def update(run: Run) -> None:
     """``updates_per_decision`` SAC updates on prioritised batches; priorities from the new TD errors."""
     cfg = run.cfg
-    if len(run.replay) < cfg.train.learning_starts:
+    if cfg.train.updates_per_decision == 0 or len(run.replay) < cfg.train.learning_starts:
         return
     t0 = time.perf_counter()
     for _ in range(cfg.train.updates_per_decision):

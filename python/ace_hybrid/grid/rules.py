@@ -64,13 +64,12 @@ class SafeRule:
         if not self.revert_topology:
             return
         topo = np.asarray(obs.topo_vect)
-        sub_cooldown = np.asarray(obs.time_before_cooldown_sub)
-        for sub in range(len(sub_cooldown)):
+        changed = np.maximum.reduceat(topo, self._sub_start[:-1]) >= 2
+        for sub in np.flatnonzero(changed & (np.asarray(obs.time_before_cooldown_sub) == 0)):
             block = topo[self._sub_start[sub] : self._sub_start[sub + 1]]
-            if sub_cooldown[sub] == 0 and np.any(block >= 2):
-                # Only connected elements are set: setting a bus on a disconnected line would reconnect it.
-                target = np.where(block > 0, 1, 0).astype(np.int64)
-                yield self.action_space({"set_bus": {"substations_id": [(sub, target)]}})
+            # Only connected elements are set: setting a bus on a disconnected line would reconnect it.
+            target = np.where(block > 0, 1, 0).astype(np.int64)
+            yield self.action_space({"set_bus": {"substations_id": [(int(sub), target)]}})
 
     def _is_safe(self, obs: Any, action: Any) -> bool:
         self.simulations += 1
