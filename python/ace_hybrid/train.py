@@ -9,7 +9,7 @@ Run directory layout::
 
     config.json          the full configuration of the run
     checkpoint.pt        the latest checkpoint (networks, optimisers, normaliser, counters, generators)
-    replay-<n>.bin       the replay buffer the checkpoint refers to
+    replay-<d>-<u>.bin   the replay buffer the checkpoint refers to (after d decisions and u updates)
     best.pt              the checkpoint with the best evaluation survival so far
     metrics.jsonl        one JSON line per log interval and per evaluation
     events.*             TensorBoard event files
@@ -322,7 +322,8 @@ def _atomic_torch_save(obj: Any, path: Path) -> None:
 def save_checkpoint(run: Run, name: str = "checkpoint.pt") -> Path:
     """Write the replay (its own atomic file) then the checkpoint that names it; drop older replay files."""
     c = run.counters
-    replay_name = f"replay-{c.decisions:08d}.bin"
+    # Named by what changes the replay (adds at decisions, priorities at updates): an unchanged replay is not rewritten.
+    replay_name = f"replay-{c.decisions:08d}-{c.updates:08d}.bin"
     if not (run.dir / replay_name).exists():
         run.replay.save(run.dir / replay_name)
     state = {
