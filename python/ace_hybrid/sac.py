@@ -376,11 +376,16 @@ class DiscreteSAC:
         net = getattr(self, name)
         hit = self._factor_cache.get(name)
         if hit is None or hit[0] != self._n_updates:
-            with torch.no_grad():
-                hit = (self._n_updates, *net.action_factors())
-            self._factor_cache[name] = hit
+            hit = self._refresh_factors(name)
         with torch.no_grad():
             return torch.addmm(hit[2], net.state_factor(obs), hit[1].t())
+
+    def _refresh_factors(self, name: str) -> tuple[int, torch.Tensor, torch.Tensor]:
+        """Recompute and cache network ``name``'s action factors (E, bias) for the current parameters."""
+        with torch.no_grad():
+            hit = (self._n_updates, *getattr(self, name).action_factors())
+        self._factor_cache[name] = hit
+        return hit
 
     def _one_state(self, obs: np.ndarray, mask: np.ndarray) -> tuple[torch.Tensor, np.ndarray]:
         o = _float_array(obs, "obs", (self.obs_dim,))
@@ -533,6 +538,9 @@ class DiscreteSAC:
             for online, target in ((self.q1, self.q1_target), (self.q2, self.q2_target)):
                 torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), 1.0 - cfg.polyak)
         self._n_updates += 1
+        # The policy's action embeddings change with every update: refresh them here, as part of the update, so
+        # acting between updates costs one (1, k) x (k, n) product.
+        self._refresh_factors("actor")
 
         metrics = {
             "critic_loss": float(critic_loss.detach()),
