@@ -101,7 +101,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     print(f"trained {summary['env_steps']} environment steps, {summary['decisions']} decisions, "
           f"{summary['updates']} updates in {summary['train_seconds']:.0f} s")
     if last:
-        print(f"held-out survival {last['survival_rate']:.1%} (best {summary['best_survival']:.1%}); "
+        print(f"survival on env.eval_pairs {last['survival_rate']:.1%} (best {summary['best_survival']:.1%}); "
               f"run directory: {summary['run_dir']}")
     return 0
 
