@@ -146,6 +146,17 @@ class EpisodeStream:
         return Transitions(obs, action, reward, nxt, done, trunc, episode, step)
 
 
+def row_calls(t: "Transitions", *, with_episode: bool) -> list:
+    """One positional-argument call per transition: (obs, action, reward, next_obs, done, truncated[, episode, step])."""
+    calls = []
+    for i in range(len(t)):
+        args = (t.obs[i], int(t.action[i]), float(t.reward[i]), t.next_obs[i], bool(t.done[i]), bool(t.truncated[i]))
+        if with_episode:
+            args += (int(t.episode[i]), int(t.step[i]))
+        calls.append((args, {}))
+    return calls
+
+
 def priorities_for(n: int, rng: np.random.Generator) -> np.ndarray:
     """Positive float64 priorities, ``|N(0, 1)| + 0.01``, like absolute TD errors."""
     return np.abs(rng.standard_normal(n)) + 0.01
@@ -319,23 +330,7 @@ class AceHybrid(ReplayAdapter):
         self.buf.update_priorities(index, priority)
 
     def single_add_calls(self, t: Transitions) -> Calls:
-        calls = [
-            (
-                (
-                    t.obs[i],
-                    int(t.action[i]),
-                    float(t.reward[i]),
-                    t.next_obs[i],
-                    bool(t.done[i]),
-                    bool(t.truncated[i]),
-                    int(t.episode[i]),
-                    int(t.step[i]),
-                ),
-                {},
-            )
-            for i in range(len(t))
-        ]
-        return self.buf.add_rl, calls
+        return self.buf.add_rl, row_calls(t, with_episode=True)
 
     def batch_add_calls(self, chunks: Sequence[Transitions]) -> Calls:
         return self.buf.add_rl_batch, [(self._args(c), {}) for c in chunks]
@@ -735,21 +730,7 @@ class NumpyRing(ReplayAdapter):
         """Uniform sampling: nothing to update."""
 
     def single_add_calls(self, t: Transitions) -> Calls:
-        calls = [
-            (
-                (
-                    t.obs[i],
-                    int(t.action[i]),
-                    float(t.reward[i]),
-                    t.next_obs[i],
-                    bool(t.done[i]),
-                    bool(t.truncated[i]),
-                ),
-                {},
-            )
-            for i in range(len(t))
-        ]
-        return self.rb.add, calls
+        return self.rb.add, row_calls(t, with_episode=False)
 
     def batch_add_calls(self, chunks: Sequence[Transitions]) -> Calls:
         return self.rb.add_batch, [(self._args(c), {}) for c in chunks]
