@@ -39,3 +39,17 @@ def test_bad_arguments_are_rejected() -> None:
         GridGymEnv("l2rpn_case14_sandbox", scenarios=[9])
     with pytest.raises(ValueError, match="max_steps"):
         GridGymEnv("l2rpn_case14_sandbox", max_steps=0)
+
+
+def test_terminal_observations_stay_finite_and_in_the_box() -> None:
+    env = GridGymEnv("l2rpn_neurips_2020_track1", threshold=0.9)
+    obs, info = env.reset(seed=0, options={"scenario": 1, "episode_seed": 1})
+    rng = np.random.default_rng(0)
+    for _ in range(400):
+        legal = np.flatnonzero(info["action_mask"])
+        obs, reward, terminated, truncated, info = env.step(int(rng.choice(legal)))  # random legal topology play
+        assert env.observation_space.contains(obs) and np.isfinite(reward)
+        if terminated or truncated:
+            break
+    assert terminated or truncated, "random topology play should end the episode within 400 decisions"
+    env.close()

@@ -87,6 +87,7 @@ class GridGymEnv(gym.Env):
                 break
         else:
             # No danger state in several episodes (a calm scenario): let the agent act from the start.
+            attempt = 0
             self._obs = reset_episode(self.grid, scenario, episode_seed)
             self._steps = 0
         return self._features(), self._info(scenario=scenario, episode_seed=episode_seed + attempt)
