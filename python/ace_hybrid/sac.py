@@ -378,12 +378,16 @@ class DiscreteSAC:
         if hit is None or hit[0] != self._n_updates:
             hit = self._refresh_factors(name)
         with torch.no_grad():
-            return torch.addmm(hit[2], net.state_factor(obs), hit[1].t())
+            return torch.addmm(hit[2], net.state_factor(obs), hit[1])
 
     def _refresh_factors(self, name: str) -> tuple[int, torch.Tensor, torch.Tensor]:
-        """Recompute and cache network ``name``'s action factors (E, bias) for the current parameters."""
+        """Recompute and cache network ``name``'s action factors (E^T, bias) for the current parameters.
+
+        E^T is kept contiguous, (k, n): a (1, k) x (k, n) product streams it once, about twice as fast on a CPU
+        as the (1, k) x (n, k)^T product over the row-major E."""
         with torch.no_grad():
-            hit = (self._n_updates, *getattr(self, name).action_factors())
+            emb, bias = getattr(self, name).action_factors()
+            hit = (self._n_updates, emb.t().contiguous(), bias)
         self._factor_cache[name] = hit
         return hit
 

@@ -442,9 +442,10 @@ class MetricsLogger:
 def summary(run: Run) -> dict[str, Any]:
     c = run.counters
     last = c.eval_history[-1] if c.eval_history else {}
+    split = {**run.time_split, "safe_rule_simulate": run.safe_rule.simulate_seconds}
     return {"env_steps": c.env_steps, "decisions": c.decisions, "updates": c.updates, "episodes": c.episodes,
             "best_survival": c.best_survival, "last_eval": last, "train_seconds": c.train_seconds,
-            "time_split": dict(run.time_split), "run_dir": str(run.dir)}
+            "time_split": split, "run_dir": str(run.dir)}
 
 
 def _progress(run: Run) -> Any:

@@ -12,6 +12,7 @@ Baselines run under the same rule, so comparisons are fair.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +43,8 @@ class SafeRule:
     revert_topology: bool = True
     simulations: int = 0
     """Number of obs.simulate calls made so far (the evaluation reports it)."""
+    simulate_seconds: float = 0.0
+    """Time spent in those obs.simulate calls (power flows: environment time, for the throughput benchmark)."""
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.threshold <= 5.0:
@@ -73,7 +76,9 @@ class SafeRule:
 
     def _is_safe(self, obs: Any, action: Any) -> bool:
         self.simulations += 1
+        started = time.perf_counter()
         sim_obs, _, done, info = obs.simulate(action)
+        self.simulate_seconds += time.perf_counter() - started
         if done or info.get("is_illegal", False) or info.get("exception"):
             return False
         return bool(np.max(sim_obs.rho) < self.threshold)
