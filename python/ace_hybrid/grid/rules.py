@@ -51,13 +51,14 @@ class SafeRule:
             raise ValueError(f"threshold = {self.threshold} out of range [0, 5]")
         cls = type(self.action_space)
         self._sub_start = np.concatenate(([0], np.cumsum(cls.sub_info)))
+        self._do_nothing = self.action_space({})  # built once: this rule runs at every safe step
 
     def __call__(self, obs: Any) -> Any:
         """The rule's action for ``obs`` (do nothing when no candidate is legal and safe)."""
         for candidate in self._candidates(obs):
             if self._is_safe(obs, candidate):
                 return candidate
-        return self.action_space({})
+        return self._do_nothing
 
     def _candidates(self, obs: Any) -> Any:
         status = np.asarray(obs.line_status, dtype=bool)
