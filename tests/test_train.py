@@ -48,6 +48,8 @@ def test_a_run_writes_everything_a_user_needs(tmp_path: Path) -> None:
     assert (run / "eval").is_dir() and list((run / "eval").glob("*/evaluation.json"))
     state = load_checkpoint_file(run / "checkpoint.pt")
     assert state["counters"]["env_steps"] == 300
+    for name in ("checkpoint.pt", "best.pt"):  # every checkpoint's replay survives the clean-up of older ones
+        assert (run / load_checkpoint_file(run / name)["replay_file"]).is_file(), name
     with pytest.raises(FileExistsError, match="--resume"):
         train(tiny(300), run)
 

@@ -153,6 +153,8 @@ class Run:
                                  next_checkpoint=cfg.train.checkpoint_every)
         self.time_split = {"env": 0.0, "update": 0.0, "eval": 0.0}
         self.logger = MetricsLogger(run_dir, cfg.log.tensorboard)
+        self.replay_files: dict[str, str] = {}
+        """Replay file named by each checkpoint file (checkpoint.pt, best.pt): the ones to keep."""
 
     def agent(self, env: Any) -> SACAgent:
         return SACAgent(env, self.sac, self.catalog, self.features, self.normalizer, self.cfg.env.threshold,
@@ -338,17 +340,11 @@ def save_checkpoint(run: Run, name: str = "checkpoint.pt") -> Path:
     }
     path = run.dir / name
     _atomic_torch_save(state, path)
-    keep = {replay_name} | {_replay_file_of(run.dir / other) for other in ("checkpoint.pt", "best.pt")}
+    run.replay_files[name] = replay_name
     for old in run.dir.glob("replay-*.bin"):
-        if old.name not in keep:
+        if old.name not in run.replay_files.values():
             old.unlink(missing_ok=True)
     return path
-
-
-def _replay_file_of(path: Path) -> str | None:
-    if not path.exists():
-        return None
-    return load_checkpoint_file(path)["replay_file"]
 
 
 def load_checkpoint_file(path: str | Path) -> dict[str, Any]:
@@ -383,6 +379,9 @@ def restore(run_dir: Path, total_env_steps: int | None = None) -> Run:
     run.time_split.update(state["time_split"])
     replay_path = run_dir / state["replay_file"]
     run.replay = MixedReplayBuffer.load(replay_path)
+    run.replay_files["checkpoint.pt"] = state["replay_file"]
+    if (run_dir / "best.pt").exists():
+        run.replay_files["best.pt"] = load_checkpoint_file(run_dir / "best.pt")["replay_file"]
     run.logger.truncate_after(run.counters.env_steps)
     return run
 
