@@ -637,22 +637,19 @@ def fmt_time(seconds: float) -> str:
 
 
 def _grid2op_env(name: str) -> tuple[Any, str | None]:
+    """(env, None), or (None, why) when grid2op or the environment cannot be had here."""
     try:
         from ace_hybrid.grid.env import make_env
-    except ImportError:  # the grid layer is not there yet: make the env directly
-        make_env = None
-    try:
-        import warnings
 
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            import grid2op
-            from lightsim2grid import LightSimBackend
-
-            env = make_env(name, seed=0) if make_env else grid2op.make(name, test=True, backend=LightSimBackend())
-        return env, None
+        return make_env(name, seed=0), None
     except Exception as exc:  # noqa: BLE001 - any failure makes the section report "unavailable"
         return None, f"{type(exc).__name__}: {exc}"
+
+
+def _unavailable(key: str, title: str, header: list[str], goal: str, reason: str | None) -> SectionReport:
+    """A section that could not run: one row and its goal marked UNKNOWN, with the reason."""
+    row = [f"unavailable ({reason})"] + ["-"] * (len(header) - 1)
+    return SectionReport(key, title, header, [row], goals=[Goal(goal, "UNKNOWN", str(reason))])
 
 
 N_ACTIONS_BENCH = 67_105
@@ -741,8 +738,7 @@ def mask_section(cfg: RunConfig) -> SectionReport:
     title = f"Legality mask per observation on {name}"
     header = ["operation", "ace_hybrid", "numpy", "ace speed-up"]
     if env is None:
-        return SectionReport("mask", title, header, [["mask", f"unavailable ({reason})", "-", "-"]],
-                             goals=[Goal("mask < 0.1 ms per observation", "UNKNOWN", str(reason))])
+        return _unavailable("mask", title, header, "mask < 0.1 ms per observation", reason)
     space = bus_assignments(env)
     ace = LegalityMasker.for_env(env, space)
     ref = NumpyLegalityMasker(space, max_sub_changed=env.parameters.MAX_SUB_CHANGED,
@@ -788,8 +784,7 @@ def enumeration_section(cfg: RunConfig) -> SectionReport:
     title = f"Enumeration of every single-substation bus assignment on {name}"
     header = ["implementation", "actions", "time (median)", "ace speed-up"]
     if env is None:
-        return SectionReport("enumeration", title, header, [["ace_hybrid", "-", f"unavailable ({reason})", "-"]],
-                             goals=[Goal("enumeration < 0.5 s", "UNKNOWN", str(reason))])
+        return _unavailable("enumeration", title, header, "enumeration < 0.5 s", reason)
     space = env.action_space
     fns = {
         "ace": lambda: bus_assignments(env),
@@ -814,8 +809,6 @@ def enumeration_section(cfg: RunConfig) -> SectionReport:
 
 
 
-# ----------------------------------------------------------------------------- command line
-
 
 @section("catalog", "Action catalog of the 36-substation grid: ace_hybrid vs grid2op's gym_compat DiscreteActSpace")
 def catalog_section(cfg: RunConfig) -> SectionReport:
@@ -831,8 +824,7 @@ def catalog_section(cfg: RunConfig) -> SectionReport:
     except ImportError as exc:
         env, reason = None, str(exc)
     if env is None:
-        return SectionReport("catalog", title, header, [["ace_hybrid", "-", f"unavailable ({reason})", "-"]],
-                             goals=[Goal("catalog built in < 1 s", "UNKNOWN", str(reason))])
+        return _unavailable("catalog", title, header, "catalog built in < 1 s", reason)
     keep = ["set_line_status_simple", "set_bus"]
     fns = {
         "ace": lambda: ActionCatalog(env, cache_dir=None),
@@ -885,9 +877,8 @@ def training_section(cfg: RunConfig) -> SectionReport:
     except ImportError as exc:
         env, reason = None, str(exc)
     if env is None:
-        return SectionReport("training", title, header, [["-", f"unavailable ({reason})", "", "", "", ""]],
-                             goals=[Goal("overhead outside the update < 20% of environment time", "UNKNOWN",
-                                         str(reason))])
+        return _unavailable("training", title, header,
+                            "training overhead outside the update < 20% of environment time", reason)
     # Raw stepping: the do-nothing agent under the same activation rule, episodes as in training.
     agent = DoNothingAgent(env.action_space)
     env_time, total_time, done_steps, episode = 0.0, 0.0, 0, 0
@@ -936,6 +927,9 @@ def training_section(cfg: RunConfig) -> SectionReport:
                "ratios."],
         data={"overhead_ratio": ratio, "raw_steps_per_s": steps / total_time, "train_steps_per_s": steps / loop},
     )
+
+
+# ----------------------------------------------------------------------------- command line
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
