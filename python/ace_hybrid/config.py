@@ -20,6 +20,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
+from ace_hybrid.llm.backend import LLMConfig
 from ace_hybrid.sac import SACConfig
 
 
@@ -159,6 +160,85 @@ class LogConfig:
 
 
 @dataclass
+class ACEConfig:
+    """ACE's LLM roles in the loop (arXiv 2506.02522): policy actor, value critic, co-evolution. They run only when
+    ``llm.backend`` is not "none"; each can be switched off alone (the ablations).
+
+    Reward scale (see :class:`RewardConfig`): a transition that keeps the grid out of danger for k steps earns about
+    ``0.01 k``; one that ends in a blackout earns about -1. So ``r_bar = 0`` marks exactly the transitions that lost
+    the grid, ``r_bar = 0.3`` also those followed by renewed danger within ~25 steps, ``r_bar = -0.3`` only
+    blackouts that came quickly.
+    """
+
+    actor: bool = True
+    """Policy actor f_LLM: re-propose actions for bad transitions (r < r_bar), validated in a simulator copy."""
+    r_bar: float = 0.05
+    """A completed transition with reward below r_bar is bad and goes to the actor (see the class note on scale)."""
+    candidates: int = 8
+    """Legal candidates shown to the actor: half from the SAC critic's best Q-values, half from the greedy heuristic."""
+    max_rounds: int = 5
+    """Rounds of propose -> validate per bad transition; a failed attempt is put in the next round's prompt."""
+    ranker: str = "score"
+    """How the actor picks among candidates: by the log-probability of each candidate's text ("score") or by LAC,
+    prior x exp(lac_alpha Q_LLM) with Q_LLM from GOOD/BAD token logits ("lac")."""
+    lac_alpha: float = 1.0
+    """Critic weight of LAC when ranker = "lac" and for the LLM-only agent."""
+    validation_steps: int = 48
+    """Longest simulated continuation (safe rule after the proposal, until the next danger state) in validation."""
+    min_improvement: float = 0.0
+    """A proposal is accepted when its simulated reward exceeds the RL action's by more than this."""
+    max_llm_calls: int = 400
+    """Budget of LLM calls per run (actor + critic + probes); 0 means unlimited."""
+    critic: bool = True
+    """Value critic g_LLM: trajectory-level reward shaping in {-2K, -K, +K, +2K}."""
+    critic_start: int = 2_000
+    """Environment steps before the critic switches on."""
+    critic_every: int = 2
+    """Run the critic after every this many finished training episodes."""
+    critic_trajectories: int = 2
+    """Trajectories (stored episodes) judged per critic round, chosen by reward among those with key transitions."""
+    r_key: float = 0.5
+    """A transition with |r| > r_key is a key transition."""
+    critic_k: float = 0.02
+    """K: the unit of the critic's per-step adjustment."""
+    critic_max_total: float = 0.1
+    """Bound on the summed |adjustment| per trajectory (larger sums are scaled down)."""
+    critic_mode: str = "score"
+    """How the critic answers: each key step's adjustment chosen by scoring the four options, always well-formed
+    ("score"), or one generated answer per trajectory parsed strictly, malformed answers counted and ignored
+    ("generate")."""
+    coevolve: bool = True
+    """Co-evolution: LoRA fine-tune the LLM on its best accepted refinements (backends that support it)."""
+    finetune_every: int = 100
+    """Fine-tune after every this many accepted refinements."""
+    finetune_pairs: int = 64
+    """Prompt -> answer pairs per fine-tuning round, from the accepted refinements with the largest r_hat - r."""
+
+    def validate(self) -> None:
+        _check(-10.0 <= self.r_bar <= 10.0, "ace.r_bar", self.r_bar, "must be in [-10, 10]")
+        _check(2 <= self.candidates <= 64, "ace.candidates", self.candidates, "must be in [2, 64]")
+        _check(1 <= self.max_rounds <= 20, "ace.max_rounds", self.max_rounds, "must be in [1, 20]")
+        _check(self.ranker in ("score", "lac"), "ace.ranker", self.ranker, "must be 'score' or 'lac'")
+        _check(0.0 <= self.lac_alpha <= 100.0, "ace.lac_alpha", self.lac_alpha, "must be in [0, 100]")
+        _check(1 <= self.validation_steps <= 10_000, "ace.validation_steps", self.validation_steps,
+               "must be in [1, 10000]")
+        _check(self.min_improvement >= 0, "ace.min_improvement", self.min_improvement, "must be >= 0")
+        _check(self.max_llm_calls >= 0, "ace.max_llm_calls", self.max_llm_calls, "must be >= 0")
+        _check(self.critic_start >= 0, "ace.critic_start", self.critic_start, "must be >= 0")
+        _check(self.critic_every >= 1, "ace.critic_every", self.critic_every, "must be >= 1")
+        _check(1 <= self.critic_trajectories <= 1000, "ace.critic_trajectories", self.critic_trajectories,
+               "must be in [1, 1000]")
+        _check(self.r_key >= 0, "ace.r_key", self.r_key, "must be >= 0")
+        _check(0 < self.critic_k <= 10, "ace.critic_k", self.critic_k, "must be in (0, 10]")
+        _check(self.critic_max_total >= self.critic_k, "ace.critic_max_total", self.critic_max_total,
+               f"must be >= ace.critic_k = {self.critic_k}")
+        _check(self.critic_mode in ("score", "generate"), "ace.critic_mode", self.critic_mode,
+               "must be 'score' or 'generate'")
+        _check(self.finetune_every >= 1, "ace.finetune_every", self.finetune_every, "must be >= 1")
+        _check(self.finetune_pairs >= 1, "ace.finetune_pairs", self.finetune_pairs, "must be >= 1")
+
+
+@dataclass
 class Config:
     """The whole configuration of a run."""
 
@@ -169,6 +249,9 @@ class Config:
     """SAC; on grids the initial policy does nothing half of the time (sac.prior_prob = 0.5)."""
     train: TrainConfig = field(default_factory=TrainConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    llm: LLMConfig = field(default_factory=lambda: LLMConfig(backend="none"))
+    """The language model; "none" (the default) trains SAC alone, the ACE configs set "smollm2" or your own."""
+    ace: ACEConfig = field(default_factory=ACEConfig)
 
     def validate(self) -> "Config":
         for f in dataclasses.fields(self):
