@@ -195,23 +195,25 @@ class PolicyActor:
         self._safe_rule: SafeRule | None = None
 
     def candidates(self, obs: Any, q_values: np.ndarray | None, rl_action: int) -> list[int]:
-        """Legal candidate indices: best Q first, then the heuristic's, then do nothing; never the RL action."""
+        """Legal candidate indices: best Q first, then the heuristic's, and do nothing last (always offered unless it
+        was the RL action); never the RL action."""
+        room = self.n_candidates - (rl_action != 0)  # the last slot is kept for do nothing
         out: list[int] = []
 
-        def take(i: int) -> None:
-            if i != rl_action and i not in out and len(out) < self.n_candidates:
+        def take(i: int, limit: int) -> None:
+            if i not in (rl_action, 0) and i not in out and len(out) < limit:
                 out.append(i)
 
-        n_q = self.n_candidates // 2
         if q_values is not None:
             finite = np.flatnonzero(np.isfinite(q_values))
             for i in finite[np.argsort(-q_values[finite], kind="stable")]:
-                if len(out) >= n_q:
+                if len(out) >= self.n_candidates // 2:
                     break
-                take(int(i))
+                take(int(i), self.n_candidates // 2)
         for i in self.catalog.shortlist(obs, self.n_candidates):
-            take(int(i))
-        take(0)
+            take(int(i), room)
+        if rl_action != 0:
+            out.append(0)
         return out
 
     def _rank(self, prompt: list[dict[str, str]], state_text: str, texts: list[str]) -> int:
