@@ -193,14 +193,14 @@ def test_bad_actor_arguments_name_the_value(setting) -> None:
 
 TINY = [
     "env.name=l2rpn_case14_sandbox", "env.train_scenarios=[0, 1]", "env.eval_pairs=[[2, 0]]",
-    "env.threshold=0.5", "env.eval_max_steps=30", "env.max_episode_steps=60",
+    "env.threshold=0.5", "env.eval_max_steps=30", "env.max_episode_steps=25",
     "sac.hidden=[32]", "sac.embed_dim=8", "sac.batch_size=16",
     "replay.rl_capacity=2000", "replay.llm_capacity=100",
     "train.learning_starts=16", "train.checkpoint_every=60", "train.eval_every=0", "train.torch_threads=1",
     "log.progress=false", "log.log_every=50", "log.tensorboard=false",
-    "llm.backend=transformers", "ace.critic=false", "ace.r_bar=0.3", "ace.critic_start=0", "ace.critic_every=1",
+    "llm.backend=transformers", "ace.r_bar=0.3", "ace.critic_start=0", "ace.critic_every=1",
     "ace.finetune_every=4", "ace.finetune_pairs=4", "ace.probe_size=2", "ace.validation_steps=6",
-    "ace.max_llm_calls=40", "ace.candidates=4", "ace.max_rounds=2",
+    "ace.max_llm_calls=40", "ace.candidates=4", "ace.max_rounds=2", "ace.r_key=0.0", "ace.critic_trajectories=1",
 ]
 
 
@@ -222,6 +222,7 @@ def test_ace_fills_the_llm_partition_fine_tunes_and_resumes_with_its_adapter(tin
         e.get("probe_before", {}).get("asked", 0) + e.get("probe_after", {}).get("asked", 0)
         for e in llm["coevolution"]) == llm["calls"]
     assert llm["accepted"] >= 1 and llm["rounds"] >= llm["accepted"]
+    assert llm["critic"]["rounds"] >= 1 and llm["critic"]["trajectories"] >= 1 and llm["critic_calls"] >= 1
     assert summary["time_split"]["llm"] > 0
     state = load_checkpoint_file(run / "checkpoint.pt")
     from ace_hybrid.replay import MixedReplayBuffer
