@@ -4,6 +4,7 @@ and ACE end to end through the training loop with a real (tiny, random) transfor
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import pathlib
 import sys
@@ -229,6 +230,9 @@ def test_ace_fills_the_llm_partition_fine_tunes_and_resumes_with_its_adapter(tin
 
     replay = MixedReplayBuffer.load(run / state["replay_file"])
     assert replay.llm_size == llm["accepted"] and replay.llm_valid_size == llm["accepted"]
+    log = [json.loads(line) for line in (run / "refinements.jsonl").read_text().splitlines()]
+    assert len(log) == llm["bad_transitions"] and sum(x["accepted"] for x in log) == llm["accepted"]
+    assert all(x["improvement"] > 0 for x in log if x["accepted"])
     assert state["llm"]["actor"]["accepted"] == llm["accepted"]
     if llm["finetunes"]:
         adapter = pathlib.Path(state["llm"]["coevo"]["adapter"])

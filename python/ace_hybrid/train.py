@@ -17,6 +17,7 @@ Run directory layout::
     replay-<d>-<u>.bin   the replay buffer the checkpoint refers to (after d decisions and u updates)
     best.pt              the checkpoint with the best evaluation survival so far
     metrics.jsonl        one JSON line per log interval and per evaluation
+    refinements.jsonl    one JSON line per bad transition the LLM actor refined (ACE runs)
     events.*             TensorBoard event files
     eval/                each evaluation's JSON and markdown
     adapters/round-<k>/  the LoRA adapter after each co-evolution round (ACE runs)
@@ -52,6 +53,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from ace_hybrid.llm.loop import LLMInLoop
 
 CHECKPOINT_FORMAT = 1
+REFINEMENTS_LOG = "refinements.jsonl"
+"""One line per transition the LLM actor looked at (ACE runs)."""
 
 
 # ----------------------------------------------------------------------------- the pieces of a run
@@ -436,6 +439,7 @@ def restore(run_dir: Path, total_env_steps: int | None = None) -> Run:
     if (run_dir / "best.pt").exists():
         run.replay_files["best.pt"] = load_checkpoint_file(run_dir / "best.pt")["replay_file"]
     run.logger.truncate_after(run.counters.env_steps)
+    truncate_jsonl(run_dir / REFINEMENTS_LOG, run.counters.env_steps)
     return run
 
 
@@ -480,15 +484,19 @@ class MetricsLogger:
 
     def truncate_after(self, step: int) -> None:
         """Drop lines written after ``step`` (by a run that died before its next checkpoint)."""
-        if not self.path.exists():
-            return
-        kept = [line for line in self.path.read_text().splitlines()
-                if line.strip() and json.loads(line)["env_steps"] <= step]
-        self.path.write_text("".join(line + "\n" for line in kept))
+        truncate_jsonl(self.path, step)
 
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+
+
+def truncate_jsonl(path: Path, step: int) -> None:
+    """Drop the lines of a JSONL log whose ``env_steps`` is after ``step``."""
+    if not path.exists():
+        return
+    kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["env_steps"] <= step]
+    path.write_text("".join(line + "\n" for line in kept))
 
 
 def summary(run: Run) -> dict[str, Any]:

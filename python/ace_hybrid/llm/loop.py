@@ -15,6 +15,7 @@ training: backends raise :class:`~ace_hybrid.llm.backend.LLMError` only, and eac
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
@@ -23,7 +24,7 @@ import numpy as np
 
 from ace_hybrid.grid.text import GridLayout
 from ace_hybrid.llm import make_backend
-from ace_hybrid.llm.actor import ActorStats, PolicyActor
+from ace_hybrid.llm.actor import ActorStats, PolicyActor, Refinement
 from ace_hybrid.llm.coevolution import CoEvolution, ProbeProblem
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -100,6 +101,7 @@ class LLMInLoop:
                 keep = True
                 return None
             ref = self.actor.refine(snapshot, p.grid_obs, p.action, q_values=q, may_call=self.may_call)
+            self._log_refinement(run, p, ref)
             if ref.accepted:
                 r = ref.rollout
                 handle = run.replay.add_llm(p.obs, ref.action, r.reward, run.features(r.obs), r.blackout, r.ended,
@@ -115,6 +117,19 @@ class LLMInLoop:
         finally:
             if not keep:
                 snapshot.close()
+
+    def _log_refinement(self, run: Run, p: Pending, ref: Refinement) -> None:
+        from ace_hybrid.train import REFINEMENTS_LOG
+
+        describe = run.catalog.describe
+        line = {"env_steps": run.counters.env_steps, "episode": p.episode, "decision": p.decision,
+                "reward": p.reward, "rl_action": describe(p.action), "rounds": ref.rounds, "calls": ref.calls,
+                "accepted": ref.accepted, "error": ref.error,
+                "baseline_reward": ref.baseline.reward if ref.baseline is not None else None}
+        if ref.accepted:
+            line.update(action=describe(ref.action), r_hat=ref.rollout.reward, improvement=ref.improvement)
+        with (run.dir / REFINEMENTS_LOG).open("a") as f:
+            f.write(json.dumps(line) + "\n")
 
     def after_episode(self, run: Run) -> dict[str, float] | None:
         """The value critic's round, when it is on and due."""
