@@ -201,7 +201,7 @@ TINY = [
     "log.progress=false", "log.log_every=50", "log.tensorboard=false",
     "llm.backend=transformers", "ace.r_bar=0.3", "ace.critic_start=0", "ace.critic_every=1",
     "ace.finetune_every=4", "ace.finetune_pairs=4", "ace.probe_size=2", "ace.validation_steps=6",
-    "ace.max_llm_calls=40", "ace.candidates=4", "ace.max_rounds=2", "ace.r_key=0.0", "ace.critic_trajectories=1",
+    "ace.max_llm_calls=40", "ace.pace_budget=false", "ace.candidates=4", "ace.max_rounds=2", "ace.r_key=0.0", "ace.critic_trajectories=1",
 ]
 
 
@@ -242,3 +242,17 @@ def test_ace_fills_the_llm_partition_fine_tunes_and_resumes_with_its_adapter(tin
     assert resumed["env_steps"] == 160
     assert resumed["llm"]["calls"] >= llm["calls"] and resumed["llm"]["calls"] <= 40
     assert resumed["llm"]["accepted"] >= llm["accepted"]
+
+
+def test_a_paced_budget_spreads_the_calls_over_the_run(tiny_lm, tmp_path) -> None:
+    cfg = _ace(tiny_lm, 60, "ace.pace_budget=true", "ace.max_llm_calls=100", "ace.critic=false", "ace.coevolve=false")
+    from ace_hybrid.train import Run
+
+    run = Run(cfg, tmp_path / "paced")
+    llm = run.llm
+    llm.calls = 10
+    assert not llm.budget_left()  # at step 0 only 10% of the budget may be spent
+    run.counters.env_steps = 30
+    assert llm.budget_left() and llm.may_call() and llm.calls == 11  # half-way: up to 55 calls
+    llm.calls = 55
+    assert not llm.may_call() and llm.calls == 55

@@ -42,6 +42,8 @@ class LLMInLoop:
         self.backend = make_backend(cfg.llm)
         self.load_seconds = time.perf_counter() - started
         self.cfg = ace
+        # Read at call time: restore() replaces run.counters, and --resume may change the budget.
+        self._progress = lambda: (run.counters.env_steps, run.cfg.train.total_env_steps)
         self.calls = 0
         self.seconds = 0.0
         self.actor = None
@@ -70,7 +72,14 @@ class LLMInLoop:
     # ------------------------------------------------------------------ budget
 
     def budget_left(self) -> bool:
-        return self.cfg.max_llm_calls == 0 or self.calls < self.cfg.max_llm_calls
+        """Whether a call may be made now (see ``ace.max_llm_calls`` and ``ace.pace_budget``)."""
+        limit = self.cfg.max_llm_calls
+        if limit == 0:
+            return True
+        if self.cfg.pace_budget:
+            t, total = self._progress()
+            limit = limit * (total + 9 * min(t, total)) // (10 * total)  # limit * (0.1 + 0.9 t / T), in integers
+        return self.calls < limit
 
     def may_call(self) -> bool:
         """Take one call from the budget; False when it is spent."""
