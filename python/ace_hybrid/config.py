@@ -213,6 +213,9 @@ class ACEConfig:
     """Fine-tune after every this many accepted refinements."""
     finetune_pairs: int = 64
     """Prompt -> answer pairs per fine-tuning round, from the accepted refinements with the largest r_hat - r."""
+    probe_size: int = 8
+    """Bad transitions set aside (never refined or trained on) to measure the LLM's first-choice acceptance before
+    and after each fine-tuning round on identical problems (0: no probe)."""
 
     def validate(self) -> None:
         _check(-10.0 <= self.r_bar <= 10.0, "ace.r_bar", self.r_bar, "must be in [-10, 10]")
@@ -236,6 +239,7 @@ class ACEConfig:
                "must be 'score' or 'generate'")
         _check(self.finetune_every >= 1, "ace.finetune_every", self.finetune_every, "must be >= 1")
         _check(self.finetune_pairs >= 1, "ace.finetune_pairs", self.finetune_pairs, "must be >= 1")
+        _check(0 <= self.probe_size <= 256, "ace.probe_size", self.probe_size, "must be in [0, 256]")
 
 
 @dataclass

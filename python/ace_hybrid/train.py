@@ -1,9 +1,14 @@
-"""The training loop: act, store, (refine and shape: the LLM plugs in here), update, evaluate, log, save.
+"""The training loop: act, store, refine and shape (the LLM), update, evaluate, log, save.
 
 The agent decides only in danger states (max rho >= ``env.threshold``); between decisions the safe rule steps the
 grid. One transition is stored per decision (a semi-MDP): its reward is accumulated over every environment step
 until the next decision (see :class:`~ace_hybrid.config.RewardConfig`), its next observation is the next decision's
 observation, and the discount applies per decision (gamma per transition, not gamma^k: the value counts decisions).
+
+With ``llm.backend`` other than "none" the run is ACE (:mod:`ace_hybrid.llm.loop`): each decision keeps a snapshot of
+the environment, a completed transition with reward below ``ace.r_bar`` goes to the LLM policy actor (its validated
+proposals fill the replay's LLM partition), the LLM value critic reshapes stored trajectories after episodes, and
+co-evolution fine-tunes the LLM's LoRA adapter (saved under ``adapters/``, named in the checkpoint).
 
 Run directory layout::
 
@@ -14,6 +19,7 @@ Run directory layout::
     metrics.jsonl        one JSON line per log interval and per evaluation
     events.*             TensorBoard event files
     eval/                each evaluation's JSON and markdown
+    adapters/round-<k>/  the LoRA adapter after each co-evolution round (ACE runs)
 
 Checkpoints are written atomically (temporary file, fsync, rename). ``resume`` continues from the last one: the
 episode that was running when the run stopped is not recoverable (Grid2Op's state is not saved), so the run starts
@@ -27,7 +33,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -41,6 +47,9 @@ from ace_hybrid.grid.features import ObservationFeatures, RunningNormalizer
 from ace_hybrid.grid.rules import SafeRule, in_danger
 from ace_hybrid.replay import MixedReplayBuffer
 from ace_hybrid.sac import DiscreteSAC
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ace_hybrid.llm.loop import LLMInLoop
 
 CHECKPOINT_FORMAT = 1
 
@@ -72,6 +81,10 @@ class Pending:
     reward: float
     episode: int
     decision: int
+    grid_obs: Any = None
+    """The grid2op observation of the decision (for the LLM actor's prompt and shortlist)."""
+    snapshot: Any = None
+    """``env.copy()`` before the action, kept only while the LLM actor may refine this transition."""
 
 
 class MaskFromFeatures:
@@ -151,10 +164,18 @@ class Run:
                                         beta=r.beta, tau=r.tau, seed=cfg.train.seed)
         self.counters = Counters(next_eval=cfg.train.eval_every or cfg.train.total_env_steps,
                                  next_checkpoint=cfg.train.checkpoint_every)
-        self.time_split = {"env": 0.0, "update": 0.0, "eval": 0.0}
+        self.time_split = {"env": 0.0, "update": 0.0, "eval": 0.0, "llm": 0.0}
         self.logger = MetricsLogger(run_dir, cfg.log.tensorboard)
         self.replay_files: dict[str, str] = {}
         """Replay file named by each checkpoint file (checkpoint.pt, best.pt): the ones to keep."""
+        self.llm: LLMInLoop | None = None
+        if cfg.llm.backend != "none":
+            from ace_hybrid.llm.loop import LLMInLoop
+
+            self.llm = LLMInLoop(self)
+
+    def step_reward(self, obs: Any, blackout: bool) -> float:
+        return step_reward(self.cfg, obs, blackout)
 
     def agent(self, env: Any) -> SACAgent:
         return SACAgent(env, self.sac, self.catalog, self.features, self.normalizer, self.cfg.env.threshold,
@@ -191,6 +212,8 @@ def train(cfg: Config | None, run_dir: str | Path, *, resume: bool = False,
     finally:
         run.counters.train_seconds += time.perf_counter() - started
         bar.close()
+        if run.llm is not None:
+            run.llm.close()
     if not run.counters.eval_history or run.counters.eval_history[-1]["env_steps"] != run.counters.env_steps:
         evaluate_and_keep_best(run)
     save_checkpoint(run)
@@ -199,7 +222,7 @@ def train(cfg: Config | None, run_dir: str | Path, *, resume: bool = False,
 
 
 def run_episode(run: Run, bar: Any) -> None:
-    """One training episode: act, store, update, and evaluate / log / save on schedule."""
+    """One training episode: act, store, refine, update, shape at the end, and evaluate / log / save on schedule."""
     cfg, c = run.cfg, run.counters
     scenario = cfg.env.train_scenarios[c.episodes % len(cfg.env.train_scenarios)]
     obs = reset_episode(run.env, scenario, cfg.env.train_seed_start + c.episodes)
@@ -228,7 +251,9 @@ def run_episode(run: Run, bar: Any) -> None:
         if done or cut or c.env_steps >= cfg.train.total_env_steps:
             if pending is not None:
                 store(run, pending, run.features(obs), done=blackout, truncated=not blackout)
-            bar.set_postfix(decisions=c.decisions, survived=steps, refresh=False)
+            if run.llm is not None:
+                _llm_hook(run, run.llm.after_episode, run)
+            bar.set_postfix(decisions=c.decisions, survived=steps, **_llm_postfix(run), refresh=False)
             run.logger.write(c.env_steps, {"episode/steps": steps, "episode/blackout": float(blackout)})
             on_schedule(run)
             return
@@ -249,12 +274,37 @@ def decide(run: Run, obs: Any, x: np.ndarray, episode: int, decision: int) -> Pe
     run.normalizer.update(x)
     action = run.sac.act(run.normalizer(x), run.catalog.legal_mask(obs))
     run.counters.decisions += 1
-    return Pending(obs=x, action=action, reward=0.0, episode=episode, decision=decision)
+    snapshot = None
+    if run.llm is not None and run.llm.wants_snapshot():
+        t0 = time.perf_counter()
+        snapshot = run.env.copy()
+        run.time_split["llm"] += time.perf_counter() - t0
+    return Pending(obs=x, action=action, reward=0.0, episode=episode, decision=decision, grid_obs=obs,
+                   snapshot=snapshot)
 
 
 def store(run: Run, p: Pending, next_x: np.ndarray, *, done: bool, truncated: bool) -> None:
-    """One semi-MDP transition into the RL partition (raw features: normalised when sampled)."""
+    """One semi-MDP transition into the RL partition (raw features: normalised when sampled), then the LLM actor's
+    look at it (ACE runs)."""
     run.replay.add_rl(p.obs, p.action, p.reward, next_x, done, truncated, p.episode, p.decision)
+    if run.llm is not None:
+        _llm_hook(run, run.llm.after_store, run, p)
+
+
+def _llm_hook(run: Run, hook: Any, *args: Any) -> None:
+    """Run an LLM hook, timing it as LLM time and logging what it reports."""
+    t0 = time.perf_counter()
+    metrics = hook(*args)
+    run.time_split["llm"] += time.perf_counter() - t0
+    if metrics:
+        run.logger.write(run.counters.env_steps, metrics)
+
+
+def _llm_postfix(run: Run) -> dict[str, Any]:
+    if run.llm is None:
+        return {}
+    m = run.llm.metrics()
+    return {"llm_calls": int(m["llm/calls"]), "accepted": int(m["llm/accepted"])}
 
 
 def update(run: Run) -> None:
@@ -337,6 +387,7 @@ def save_checkpoint(run: Run, name: str = "checkpoint.pt") -> Path:
         "torch_rng": torch.get_rng_state(),
         "replay_file": replay_name,
         "time_split": dict(run.time_split),
+        "llm": run.llm.state_dict() if run.llm is not None else None,
     }
     path = run.dir / name
     _atomic_torch_save(state, path)
@@ -377,6 +428,8 @@ def restore(run_dir: Path, total_env_steps: int | None = None) -> Run:
     run.counters = Counters(**counters)
     torch.set_rng_state(state["torch_rng"])
     run.time_split.update(state["time_split"])
+    if run.llm is not None and state.get("llm") is not None:
+        run.llm.load_state_dict(state["llm"])
     replay_path = run_dir / state["replay_file"]
     run.replay = MixedReplayBuffer.load(replay_path)
     run.replay_files["checkpoint.pt"] = state["replay_file"]
@@ -442,9 +495,12 @@ def summary(run: Run) -> dict[str, Any]:
     c = run.counters
     last = c.eval_history[-1] if c.eval_history else {}
     split = {**run.time_split, "safe_rule_simulate": run.safe_rule.simulate_seconds}
-    return {"env_steps": c.env_steps, "decisions": c.decisions, "updates": c.updates, "episodes": c.episodes,
-            "best_survival": c.best_survival, "last_eval": last, "train_seconds": c.train_seconds,
-            "time_split": split, "run_dir": str(run.dir)}
+    out = {"env_steps": c.env_steps, "decisions": c.decisions, "updates": c.updates, "episodes": c.episodes,
+           "best_survival": c.best_survival, "last_eval": last, "train_seconds": c.train_seconds,
+           "time_split": split, "run_dir": str(run.dir)}
+    if run.llm is not None:
+        out["llm"] = run.llm.summary()
+    return out
 
 
 def _progress(run: Run) -> Any:

@@ -1,0 +1,166 @@
+"""Co-evolution: LoRA fine-tuning of the LLM on its best accepted refinements (ACE, arXiv 2506.02522, Sec. 3.4).
+
+Every ``finetune_every`` accepted refinements, the accepted (prompt -> answer) pairs whose transitions are still in
+the LLM partition are ranked by improvement r_hat - r and the best ``finetune_pairs`` train the LoRA adapter
+(:meth:`~ace_hybrid.llm.backend.LLMBackend.finetune`). The adapter is written under ``adapter_dir/round-<k>`` and
+stays loaded: the next proposals come from the fine-tuned model.
+
+Measuring what fine-tuning does: the first ``probe_size`` bad transitions are set aside as a probe (the actor never
+refines them, so they are never trained on). Before and after each round the LLM makes one proposal per probe problem
+(its first choice, no feedback) and each is validated in the simulator: the acceptance rate on identical problems, before
+against after, is what the ACE paper reports as its LLM's own decisions improving (by about 11%).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from ace_hybrid.llm.actor import PolicyActor, Refinement
+from ace_hybrid.llm.backend import LLMBackend, LLMError
+
+__all__ = ["CoEvolution", "ProbeProblem"]
+
+
+@dataclass
+class ProbeProblem:
+    """A bad transition kept for measuring the LLM (its snapshot stays alive; not saved in checkpoints)."""
+
+    snapshot: Any
+    obs: Any
+    rl_action: int
+    q_values: np.ndarray | None
+
+
+class CoEvolution:
+    """Collects accepted refinements, fine-tunes the backend on schedule and measures it on the probe.
+
+    Parameters
+    ----------
+    backend : LLMBackend
+        Must have ``supports_finetune`` (else :meth:`due` is always False and the reason is in :attr:`disabled`).
+    every : int
+        Accepted refinements between fine-tuning rounds.
+    n_pairs : int
+        Pairs per round.
+    adapter_dir : Path
+        Where each round's adapter is written.
+    probe_size : int
+        Probe problems to collect (0: no probe).
+    """
+
+    def __init__(self, backend: LLMBackend, *, every: int, n_pairs: int, adapter_dir: Path, probe_size: int) -> None:
+        if every < 1 or n_pairs < 1 or probe_size < 0:
+            raise ValueError(f"every = {every}, n_pairs = {n_pairs}, probe_size = {probe_size}: need every >= 1, "
+                             "n_pairs >= 1, probe_size >= 0")
+        self.backend, self.every, self.n_pairs = backend, int(every), int(n_pairs)
+        self.adapter_dir, self.probe_size = Path(adapter_dir), int(probe_size)
+        self.disabled = None if getattr(backend, "supports_finetune", False) else (
+            f"backend {getattr(backend, 'name', '?')!r} cannot fine-tune")
+        self.records: list[dict[str, Any]] = []
+        """Accepted refinements: prompt, answer, improvement, handle (in the LLM partition)."""
+        self.since_last = 0
+        self.history: list[dict[str, Any]] = []
+        """One entry per fine-tuning round (saved with checkpoints)."""
+        self.adapter: str | None = None
+        self.probes: list[ProbeProblem] = []
+
+    # ------------------------------------------------------------------ collecting
+
+    def wants_probe(self) -> bool:
+        return len(self.probes) < self.probe_size
+
+    def add_probe(self, problem: ProbeProblem) -> None:
+        self.probes.append(problem)
+
+    def record(self, refinement: Refinement, handle: int) -> None:
+        """Keep an accepted refinement's pair; counts towards the next round."""
+        if not refinement.accepted or refinement.prompt is None or refinement.answer is None:
+            raise ValueError("only accepted refinements (with their prompt and answer) can be recorded")
+        self.records.append({"prompt": refinement.prompt, "answer": refinement.answer,
+                             "improvement": float(refinement.improvement), "handle": int(handle)})
+        self.since_last += 1
+
+    def due(self) -> bool:
+        return self.disabled is None and self.since_last >= self.every
+
+    # ------------------------------------------------------------------ one round
+
+    def best_pairs(self, replay: Any) -> list[tuple[list[dict[str, str]], str]]:
+        """The ``n_pairs`` live records with the largest improvement (records whose transition left the buffer are
+        dropped for good)."""
+        live = []
+        for rec in self.records:
+            try:
+                replay.get(np.array([rec["handle"]], dtype=np.int64))
+            except IndexError:
+                continue
+            live.append(rec)
+        self.records = live
+        best = sorted(live, key=lambda r: -r["improvement"])[: self.n_pairs]
+        return [(r["prompt"], r["answer"]) for r in best]
+
+    def probe(self, actor: PolicyActor, may_call: Callable[[], bool]) -> dict[str, float]:
+        """The LLM's first choice on every probe problem, validated: acceptance rate and mean improvement.
+
+        The actor's counters are left as they were (a probe is a measurement, not training)."""
+        saved = actor.stats
+        actor.stats = type(saved)()
+        accepted, gains, asked = 0, [], 0
+        try:
+            for p in self.probes:
+                if not may_call():
+                    break
+                r = actor.refine(p.snapshot, p.obs, p.rl_action, q_values=p.q_values, max_rounds=1)
+                asked += 1
+                accepted += int(r.accepted)
+                if r.baseline is not None and r.rounds:
+                    gains.append(r.improvement if r.accepted else 0.0)
+        finally:
+            actor.stats = saved
+        return {"asked": asked, "acceptance": accepted / asked if asked else float("nan"),
+                "mean_improvement": float(np.mean(gains)) if gains else float("nan")}
+
+    def finetune(self, replay: Any, actor: PolicyActor, may_call: Callable[[], bool], env_steps: int,
+                 lora: dict[str, Any] | None = None) -> dict[str, Any]:
+        """One round: probe, fine-tune on the best pairs, save the adapter, probe again. Never raises LLMError."""
+        self.since_last = 0
+        entry: dict[str, Any] = {"round": len(self.history) + 1, "env_steps": env_steps}
+        started = time.perf_counter()
+        pairs = self.best_pairs(replay)
+        entry["pairs"] = len(pairs)
+        if self.probes:
+            entry["probe_before"] = self.probe(actor, may_call)
+        try:
+            stats = self.backend.finetune(pairs, **(lora or {}))
+            directory = self.adapter_dir / f"round-{entry['round']:03d}"
+            self.backend.save_adapter(directory)
+            self.adapter = str(directory)
+            entry.update(steps=stats.steps, loss_first=stats.losses[0], loss_last=stats.losses[-1],
+                         adapter=self.adapter)
+        except LLMError as exc:
+            entry["error"] = str(exc)
+        if self.probes and "error" not in entry:
+            entry["probe_after"] = self.probe(actor, may_call)
+        entry["seconds"] = time.perf_counter() - started
+        self.history.append(entry)
+        return entry
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"records": self.records, "since_last": self.since_last, "history": self.history,
+                "adapter": self.adapter}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the counters and reload the last adapter into the backend (probe problems start over)."""
+        self.records, self.since_last = list(state["records"]), int(state["since_last"])
+        self.history, self.adapter = list(state["history"]), state["adapter"]
+        if self.adapter is not None:
+            if not Path(self.adapter).is_dir():
+                raise FileNotFoundError(f"the checkpoint names the LoRA adapter {self.adapter}, which is missing")
+            self.backend.load_adapter(self.adapter)

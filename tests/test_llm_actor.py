@@ -1,0 +1,239 @@
+"""The LLM policy actor: like-for-like validation in a simulator copy, multi-round feedback, budget and failures;
+and ACE end to end through the training loop with a real (tiny, random) transformers model."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import pathlib
+import sys
+from typing import Any
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+import numpy as np
+import pytest
+
+pytest.importorskip("grid2op")
+pytest.importorskip("torch")
+from ace_hybrid.config import load_config
+from ace_hybrid.grid.catalog import ActionCatalog
+from ace_hybrid.grid.env import reset_episode
+from ace_hybrid.grid.rules import SafeRule
+from ace_hybrid.grid.text import GridLayout
+from ace_hybrid.llm.actor import PolicyActor, rollout
+from ace_hybrid.llm.backend import CandidateScores, LLMError, new_stats
+from ace_hybrid.train import load_checkpoint_file, step_reward, train
+
+pytestmark = pytest.mark.grid2op
+ENV = "l2rpn_case14_sandbox"
+
+
+def _load_fixtures():
+    path = pathlib.Path(__file__).with_name("llm_fixtures.py")
+    spec = importlib.util.spec_from_file_location("llm_fixtures", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("llm_fixtures", mod)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+fixtures = _load_fixtures()
+
+
+class ScriptedBackend:
+    """Prefers candidates in a scripted order of texts (tests only); records every prompt."""
+
+    name = "scripted"
+    supports_finetune = False
+
+    def __init__(self, preference: list[str] | None = None, fail: bool = False) -> None:
+        self.preference, self.fail, self.prompts = preference or [], fail, []
+        self._stats = new_stats()
+
+    @property
+    def stats(self) -> dict[str, float]:
+        return self._stats
+
+    def score_candidates(self, prompt: Any, candidates: Any, *, reduction: str = "sum") -> CandidateScores:
+        self.prompts.append(prompt)
+        if self.fail:
+            raise LLMError("server down", backend=self.name, kind="connection")
+        rank = {t: i for i, t in enumerate(self.preference)}
+        scores = np.array([-float(rank.get(c, 1000 + j)) for j, c in enumerate(candidates)])
+        return CandidateScores(scores, np.ones(len(scores), dtype=np.int64), "teacher_forcing", reduction)
+
+
+def _reward(cfg):
+    return lambda obs, blackout: step_reward(cfg, obs, blackout)
+
+
+@pytest.fixture()
+def setting(make_grid_env):
+    env = make_grid_env(ENV)
+    obs = reset_episode(env, 0, 0)
+    catalog = ActionCatalog.for_env(env)
+    cfg = load_config(None, ["env.name=l2rpn_case14_sandbox"])
+    return env, obs, catalog, cfg
+
+
+def _actor(backend, catalog, env, cfg, **kw) -> PolicyActor:
+    kw = {"threshold": 0.5, "candidates": 4, "max_rounds": 5, "validation_steps": 8, **kw}
+    return PolicyActor(backend, catalog, GridLayout.from_env(env), reward_fn=_reward(cfg), **kw)
+
+
+def test_rollout_on_a_snapshot_reproduces_the_real_environment(setting) -> None:
+    env, obs, catalog, cfg = setting
+    rule = SafeRule(env.action_space, threshold=2.0)  # never in danger: the segment runs max_steps
+    snapshot = env.copy()
+    try:
+        seg = rollout(snapshot, env.action_space({}), safe_rule=rule, reward_fn=_reward(cfg), threshold=2.0,
+                      max_steps=5)
+        total = 0.0
+        for _ in range(5):
+            real, _, done, info = env.step(env.action_space({}))
+            total += step_reward(cfg, real, bool(done and info.get("exception")))
+        assert seg.steps == 5 and not seg.blackout
+        assert seg.reward == pytest.approx(total, rel=1e-12)
+        np.testing.assert_array_equal(seg.obs.rho, real.rho)
+        with pytest.raises(ValueError, match="max_steps"):
+            rollout(snapshot, env.action_space({}), safe_rule=rule, reward_fn=_reward(cfg), threshold=2.0, max_steps=0)
+    finally:
+        snapshot.close()
+
+
+def test_candidates_are_legal_never_the_rl_action_and_start_with_the_best_q(setting) -> None:
+    env, obs, catalog, cfg = setting
+    actor = _actor(ScriptedBackend(), catalog, env, cfg, candidates=6)
+    mask = catalog.legal_mask(obs)
+    q = np.where(mask, np.random.default_rng(0).normal(size=len(catalog)), -np.inf).astype(np.float32)
+    best = int(np.argmax(q))
+    cands = actor.candidates(obs, q, rl_action=best)
+    assert best not in cands and len(cands) == len(set(cands)) <= 6 and 0 in cands
+    assert all(mask[i] for i in cands)
+    second = int(np.argsort(-q)[1])
+    assert cands[0] == second
+
+
+def test_failed_proposals_are_fed_back_until_a_better_one_is_accepted(setting) -> None:
+    env, obs, catalog, cfg = setting
+    cut = 2 + 2 * int(np.argmax(obs.rho))  # disconnect the most loaded line: the bad RL action
+    assert "disconnect" in catalog.describe(cut)
+    rule = SafeRule(env.action_space, threshold=0.5)
+    snapshot = env.copy()
+    try:
+        def segment(i: int) -> float:
+            return rollout(snapshot, catalog.action(i), safe_rule=rule, reward_fn=_reward(cfg), threshold=0.5,
+                           max_steps=8).reward
+
+        backend = ScriptedBackend()
+        actor = _actor(backend, catalog, env, cfg, candidates=6, max_rounds=6)
+        cands = actor.candidates(obs, None, cut)
+        baseline = segment(cut)
+        assert segment(0) > baseline  # doing nothing beats cutting the line, so some round must succeed
+        backend.preference = [catalog.describe(i) for i in cands if i != 0] + [catalog.describe(0)]
+        ref = actor.refine(snapshot, obs, cut)
+        assert ref.baseline.reward == pytest.approx(baseline, rel=1e-12)
+        assert ref.accepted and ref.rollout.reward > baseline
+        assert ref.improvement == pytest.approx(ref.rollout.reward - baseline)
+        assert ref.answer == catalog.describe(ref.action) and ref.prompt == backend.prompts[-1]
+        tried = [i for i in cands if i != 0] + [0]
+        assert ref.action == tried[ref.rounds - 1]
+        for i in tried[: ref.rounds - 1]:  # every rejected proposal really was no better
+            assert segment(i) <= baseline
+        for k, prompt in enumerate(backend.prompts):  # each round names the failed attempts before it
+            assert prompt[-1]["content"].count("Also tried, not better") == k
+        assert ref.calls == ref.rounds == len(backend.prompts)
+        assert actor.stats.rounds == ref.rounds and actor.stats.accepted == 1
+        assert actor.stats.first_choice_accepted == int(ref.rounds == 1)
+    finally:
+        snapshot.close()
+
+
+def test_proposals_no_better_than_the_rl_action_are_never_accepted(setting) -> None:
+    env, obs, catalog, cfg = setting
+    snapshot = env.copy()
+    try:
+        # min_improvement so large that nothing can pass: every round fails, at most max_rounds are asked.
+        backend = ScriptedBackend()
+        actor = _actor(backend, catalog, env, cfg, max_rounds=3, min_improvement=1e6)
+        ref = actor.refine(snapshot, obs, 0)
+        assert not ref.accepted and ref.rounds == 3 and len(backend.prompts) == 3 and ref.action is None
+        assert actor.stats.accepted == 0 and actor.stats.bad_transitions == 1
+    finally:
+        snapshot.close()
+
+
+def test_budget_and_llm_errors_end_a_refinement_without_raising(setting) -> None:
+    env, obs, catalog, cfg = setting
+    snapshot = env.copy()
+    try:
+        backend = ScriptedBackend()
+        actor = _actor(backend, catalog, env, cfg, min_improvement=1e6)
+        calls = iter([True, True, False])
+        ref = actor.refine(snapshot, obs, 0, may_call=lambda: next(calls))
+        assert ref.rounds == 2 and not ref.accepted
+        failing = _actor(ScriptedBackend(fail=True), catalog, env, cfg)
+        ref = failing.refine(snapshot, obs, 0)
+        assert ref.error and "server down" in ref.error and not ref.accepted
+        assert failing.stats.errors == 1 and failing.stats.error_kinds == {"connection": 1}
+    finally:
+        snapshot.close()
+
+
+def test_bad_actor_arguments_name_the_value(setting) -> None:
+    env, obs, catalog, cfg = setting
+    with pytest.raises(ValueError, match="candidates = 1"):
+        _actor(ScriptedBackend(), catalog, env, cfg, candidates=1)
+    with pytest.raises(ValueError, match="ranker = 'x'"):
+        _actor(ScriptedBackend(), catalog, env, cfg, ranker="x")
+
+
+# ------------------------------------------------------------------------------------- ACE through the loop
+
+TINY = [
+    "env.name=l2rpn_case14_sandbox", "env.train_scenarios=[0, 1]", "env.eval_pairs=[[2, 0]]",
+    "env.threshold=0.5", "env.eval_max_steps=30", "env.max_episode_steps=60",
+    "sac.hidden=[32]", "sac.embed_dim=8", "sac.batch_size=16",
+    "replay.rl_capacity=2000", "replay.llm_capacity=100",
+    "train.learning_starts=16", "train.checkpoint_every=60", "train.eval_every=0", "train.torch_threads=1",
+    "log.progress=false", "log.log_every=50", "log.tensorboard=false",
+    "llm.backend=transformers", "ace.critic=false", "ace.r_bar=0.3", "ace.critic_start=0", "ace.critic_every=1",
+    "ace.finetune_every=4", "ace.finetune_pairs=4", "ace.probe_size=2", "ace.validation_steps=6",
+    "ace.max_llm_calls=40", "ace.candidates=4", "ace.max_rounds=2",
+]
+
+
+@pytest.fixture(scope="module")
+def tiny_lm(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    return fixtures.build_tiny_model(tmp_path_factory.mktemp("tiny_lm"))
+
+
+def _ace(tiny_lm: pathlib.Path, steps: int, *extra: str):
+    return load_config(None, [*TINY, f"llm.model_path={tiny_lm}", f"train.total_env_steps={steps}", *extra])
+
+
+def test_ace_fills_the_llm_partition_fine_tunes_and_resumes_with_its_adapter(tiny_lm, tmp_path) -> None:
+    run = tmp_path / "ace"
+    summary = train(_ace(tiny_lm, 100), run)
+    llm = summary["llm"]
+    assert 0 < llm["calls"] <= 40, llm
+    assert llm["actor_calls"] + llm["critic_calls"] + sum(
+        e.get("probe_before", {}).get("asked", 0) + e.get("probe_after", {}).get("asked", 0)
+        for e in llm["coevolution"]) == llm["calls"]
+    assert llm["accepted"] >= 1 and llm["rounds"] >= llm["accepted"]
+    assert summary["time_split"]["llm"] > 0
+    state = load_checkpoint_file(run / "checkpoint.pt")
+    from ace_hybrid.replay import MixedReplayBuffer
+
+    replay = MixedReplayBuffer.load(run / state["replay_file"])
+    assert replay.llm_size == llm["accepted"] and replay.llm_valid_size == llm["accepted"]
+    assert state["llm"]["actor"]["accepted"] == llm["accepted"]
+    if llm["finetunes"]:
+        adapter = pathlib.Path(state["llm"]["coevo"]["adapter"])
+        assert adapter.is_dir() and adapter.parent == run / "adapters"
+    # Resume: counters and the budget carry over; the call budget is never exceeded across the restart.
+    resumed = train(None, run, resume=True, total_env_steps=160)
+    assert resumed["env_steps"] == 160
+    assert resumed["llm"]["calls"] >= llm["calls"] and resumed["llm"]["calls"] <= 40
+    assert resumed["llm"]["accepted"] >= llm["accepted"]
