@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -214,3 +215,39 @@ def test_cli_help_lists_the_experiment_and_report_commands() -> None:
     help_text = sub["experiment"].format_help()
     for flag in ("--config", "--out", "--set", "--rows", "--seeds", "--no-report"):
         assert flag in help_text
+
+
+def _llm_fixtures():
+    spec = importlib.util.spec_from_file_location("llm_fixtures", Path(__file__).with_name("llm_fixtures.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("llm_fixtures", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_llm_rows_with_a_tiny_real_model_fill_the_llm_columns(tmp_path: Path) -> None:
+    model = _llm_fixtures().build_tiny_model(tmp_path / "tiny_lm")
+    ace_set = ["llm.backend=transformers", f"llm.model_path={model}", "ace.critic=false", "ace.r_bar=0.3",
+               "ace.finetune_every=4", "ace.finetune_pairs=4", "ace.probe_size=2", "ace.validation_steps=6",
+               "ace.max_llm_calls=20", "ace.candidates=4", "ace.max_rounds=2"]
+    path = write_experiment(tmp_path / "ace.toml", steps=80, seeds="[0]", extra=f"ace_set = {json.dumps(ace_set)}",
+                            rows="""
+[[rows]]
+name = "LLM-only (LAC)"
+id = "llm-lac"
+kind = "llm_lac"
+
+[[rows]]
+name = "ACE"
+kind = "ace"
+""")
+    result = ex.run_experiment(ex.load_experiment(path), tmp_path / "out", progress=False, report=True)
+    lac, ace = result["cells"]
+    assert lac["test_llm"]["calls"] > 0 and lac["metrics"]["llm_calls"] is None
+    llm = ace["train"]["llm"]
+    assert 0 < llm["calls"] <= 20 and ace["metrics"]["llm_calls"] == llm["calls"]
+    assert ace["metrics"]["llm_accepted"] == llm["accepted"] and ace["train"]["time_split"]["llm"] > 0
+    line = next(x for x in result["markdown"].splitlines() if x.startswith("| ACE |"))
+    assert f"| {llm['calls']:,} | {llm['accepted']:,} |" in line
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "figures/llm.png" in report and (tmp_path / "out" / "figures" / "llm.png").is_file()

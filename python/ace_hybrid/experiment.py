@@ -296,7 +296,7 @@ def _write_json(path: Path, data: Any) -> None:
     """Atomically: a half-written cell must never look finished."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2))
+    tmp.write_text(json.dumps(data, indent=2, default=str))  # str: odd types in backend statistics
     os.replace(tmp, path)
 
 
@@ -366,6 +366,12 @@ def run_cell(spec: ExperimentSpec, row: RowSpec, seed: int | None, cfg: Config, 
     report = evaluate(test_env, agent, spec.test_pairs, agent_name=row.name, max_steps=spec.test_max_steps or None,
                       progress=cfg.log.progress)
     totals = report.totals()
+    if not row.trains and hasattr(agent, "llm_calls"):
+        # The LLM-only agent asks the model at test time; kept apart from the table's training refinements.
+        report_llm = {"calls": int(agent.llm_calls), "errors": int(getattr(agent, "llm_errors", 0)),
+                      "seconds": float(getattr(agent, "llm_seconds", 0.0))}
+    else:
+        report_llm = None
     uses_llm = row.trains and cfg.llm.backend != "none"
     llm = (train_info or {}).get("llm", {})
     metrics = {
@@ -382,7 +388,7 @@ def run_cell(spec: ExperimentSpec, row: RowSpec, seed: int | None, cfg: Config, 
         "fingerprint": fingerprint(spec, row, cfg), "env": cfg.env.name, "llm_backend": cfg.llm.backend,
         "dataset": test_env.ace_dataset.describe() if hasattr(test_env, "ace_dataset") else None,
         "run_dir": run_rel, "started": started, "finished": time.time(), "metrics": metrics,
-        "train": train_info, "test": report.to_dict(), "config": cfg.to_dict(),
+        "train": train_info, "test": report.to_dict(), "test_llm": report_llm, "config": cfg.to_dict(),
     }
 
 

@@ -154,10 +154,10 @@ def plot_llm(results: dict[str, Any], out: Path, fig_dir: Path) -> str:
             lines.sort(key=lambda m: m["env_steps"])
             steps = [m["env_steps"] for m in lines]
             label = None if labelled else row["name"]
-            ax_calls.plot(steps, [m["llm/calls"] for m in lines], color=colors[row["id"]], label=label)
+            ax_calls.plot(steps, [m["llm/calls"] for m in lines], marker=".", color=colors[row["id"]], label=label)
             if any("llm/acceptance_rate" in m for m in lines):
                 rates = [(m["env_steps"], m["llm/acceptance_rate"]) for m in lines if "llm/acceptance_rate" in m]
-                ax_rate.plot(*zip(*rates), color=colors[row["id"]], label=label)
+                ax_rate.plot(*zip(*rates), marker=".", color=colors[row["id"]], label=label)
             labelled, drawn = True, drawn + 1
     if not drawn:
         return ("No LLM metrics: no run wrote llm/calls lines to its metrics.jsonl (no row trained with an LLM, or "
@@ -232,7 +232,7 @@ def paper_comparison(results: dict[str, Any]) -> str:
     lo, hi = PAPER_REFINEMENTS
     if ace is not None and _mean(ace, "llm_calls") is not None:
         ours = (f"{ace['name']}: {_mean(ace, 'llm_calls'):,.0f} LLM calls, {_mean(ace, 'llm_accepted'):,.0f} "
-                f"accepted refinements (mean over {ace['n']} seed(s))")
+                f"accepted refinements (mean over {ace['n']} seed{'s' if ace['n'] != 1 else ''})")
     else:
         ours = "no ACE row with LLM counts"
     lines.append(f"| LLM refinements needed | {lo}-{hi} | {ours} |")
@@ -247,7 +247,7 @@ def paper_comparison(results: dict[str, Any]) -> str:
         ours = f"ACE {verdict} the greedy expert: survival {_pct(a)} vs {_pct(g)}"
     else:
         ours = "not measured (needs an ACE row and a greedy row)"
-    lines.append(f"| ACE vs the expert-guided baseline | ACE improves on it | {ours} |")
+    lines.append(f"| ACE vs the expert(-guided) baseline (ours: the greedy expert) | ACE improves on it | {ours} |")
     notes = []
     if a is not None and s is not None:
         if a >= s:
@@ -257,9 +257,8 @@ def paper_comparison(results: dict[str, Any]) -> str:
             notes.append(f"**ACE is worse than SAC-only** at the same budget on the held-out episodes (survival "
                          f"{_pct(a)} vs {_pct(s)}): see the LLM acceptance figure and the per-episode survival "
                          f"above before drawing conclusions; with one seed and a short budget the gap may be noise.")
-    notes.append("What differs from the paper:")
-    notes += [f"- {d}" for d in _differences(results)]
-    return "\n".join(lines) + "\n\n" + "\n".join(notes)
+    notes.append("What differs from the paper:\n\n" + "\n".join(f"- {d}" for d in _differences(results)))
+    return "\n".join(lines) + "\n\n" + "\n\n".join(notes)
 
 
 def _episode_steps(results: dict[str, Any], row_id: str) -> int | None:
@@ -272,12 +271,13 @@ def _differences(results: dict[str, Any]) -> list[str]:
     datasets = sorted({c["dataset"] for c in cells if c.get("dataset")})
     offline = any("offline" in d for d in datasets)
     out = []
-    if offline or not datasets:
-        out.append("Test scenarios: the paper tests on held-out scenarios of the full L2RPN datasets. "
-                   + ("Here the environment is grid2op's offline copy (" + "; ".join(datasets) + "), which holds only "
-                      "1-3 scenarios, so held-out means unseen (scenario, seed) pairs: the same time series with "
-                      "other opponent attacks and maintenance." if offline else
-                      "Which dataset was used is not recorded in these cells."))
+    paper = "Test scenarios: the paper tests on held-out scenarios of the full L2RPN datasets. "
+    if offline:
+        out.append(paper + f"Here the environment is grid2op's offline copy ({'; '.join(datasets)}), which holds only "
+                   "1-3 scenarios, so held-out means unseen (scenario, seed) pairs: the same time series with other "
+                   "random draws (opponent attacks and maintenance where the environment has them).")
+    elif not datasets:
+        out.append(paper + "Which dataset was used is not recorded in these cells.")
     else:
         out.append(f"Test scenarios: full datasets ({'; '.join(datasets)}).")
     machine = results.get("machine") or {}
@@ -360,6 +360,13 @@ def _llm_totals(results: dict[str, Any]) -> str:
             continue
         means = [sum(float(c.get(k, 0)) for c in counts) / len(counts) for k in keys]
         lines.append(f"| {row['name']} | " + " | ".join(f"{m:,.0f}" for m in means) + " |")
-    if not lines:
-        return "No LLM counters in the training summaries."
-    return "\n".join(["| row | " + " | ".join(keys) + " |", "|:---|" + "---:|" * len(keys), *lines])
+    text = ("\n".join(["| row | " + " | ".join(keys) + " |", "|:---|" + "---:|" * len(keys), *lines]) if lines
+            else "No LLM counters in the training summaries.")
+    for row in results.get("rows", []):
+        asked = [c["test_llm"] for c in _cells_of(results, row["id"]) if c.get("test_llm")]
+        if asked:  # the LLM-only agent asks the model at test time instead
+            calls = sum(a["calls"] for a in asked) / len(asked)
+            seconds = sum(a["seconds"] for a in asked) / len(asked)
+            text += (f"\n\n{row['name']} asks the model at test time: {calls:,.0f} LAC rankings over the test "
+                     f"episodes ({seconds:,.1f} s in the model).")
+    return text
