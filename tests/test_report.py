@@ -126,3 +126,10 @@ def test_comparison_with_the_paper_states_who_wins() -> None:
     results["rows"][1] = row("sac", "sac_only", 0.6)
     assert "ACE is not worse than SAC-only" in paper_comparison(results)
     assert "no ACE row" in paper_comparison({"rows": [], "cells": []})
+
+
+def test_runs_that_never_updated_are_flagged() -> None:
+    results = {"rows": [], "cells": [{"name": "SAC-only", "train": {"updates": 0}, "metrics": {}},
+                                     {"name": "ACE", "train": {"updates": 12}, "metrics": {}}]}
+    flagged = next(p for p in paper_comparison(results).split("\n\n") if "No SAC updates" in p)
+    assert "in SAC-only:" in flagged and "ACE" not in flagged

@@ -257,6 +257,10 @@ def paper_comparison(results: dict[str, Any]) -> str:
             notes.append(f"**ACE is worse than SAC-only** at the same budget on the held-out episodes (survival "
                          f"{_pct(a)} vs {_pct(s)}): see the LLM acceptance figure and the per-episode survival "
                          f"above before drawing conclusions; with one seed and a short budget the gap may be noise.")
+    untrained = sorted({c["name"] for c in results.get("cells", []) if (c.get("train") or {}).get("updates") == 0})
+    if untrained:
+        notes.append(f"**No SAC updates** in {', '.join(untrained)}: fewer decisions than train.learning_starts, so "
+                     f"the tested policy is the initial one; raise train.total_env_steps before comparing rows.")
     notes.append("What differs from the paper:\n\n" + "\n".join(f"- {d}" for d in _differences(results)))
     return "\n".join(lines) + "\n\n" + "\n\n".join(notes)
 
