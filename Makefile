@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 BUILD_DEPS := "scikit-build-core>=0.10" "pybind11>=2.12" ninja cmake
 TEST_DEPS := numpy "pytest>=8" "hypothesis>=6.100" "pybind11-stubgen>=2.5" grid2op lightsim2grid gymnasium tqdm tensorboardX \
-  transformers peft gguf openai tokenizers sentencepiece
+  transformers peft gguf openai tokenizers sentencepiece matplotlib
 # The CPU build of PyTorch, installed before anything that depends on torch (a bare requirement pulls CUDA).
 TORCH := torch==2.13.0
 BENCH_DEPS := "pytest-benchmark>=4" cpprb tianshou torchrl
@@ -17,9 +17,10 @@ SAN_TESTS := tests/test_replay_sampling.py tests/test_replay_storage.py tests/te
   tests/test_replay_threads.py tests/test_replay_args.py tests/test_sampling.py tests/test_sampling_bad_input.py \
   tests/test_topology.py tests/test_topology_bad_input.py tests/test_masking.py tests/test_catalog.py
 
-.PHONY: help venv install test test-cpp test-py dev stubs bench sanitize wheel clean
+.PHONY: help venv install run test test-cpp test-py dev stubs bench sanitize wheel clean
 
 help:
+	@echo "make run       set up $(VENV), install the package, run experiments/make_run.toml into runs/make_run"
 	@echo "make test      set up $(VENV), build and install the package, run C++ and Python tests"
 	@echo "make bench     run the benchmarks and the peer comparison (installs torch==2.13.0 and peers)"
 	@echo "make sanitize  build with ASan+UBSan and run the C++ and Python tests under them"
@@ -40,6 +41,10 @@ venv: $(VENV)/.deps
 
 install: venv
 	$(PIP) install -q --no-build-isolation --no-deps .
+
+# The README's first command: ACE vs baselines on l2rpn_neurips_2020_track1, table + report in runs/make_run.
+run: install
+	OMP_WAIT_POLICY=PASSIVE $(VENV)/bin/ace-hybrid experiment --config experiments/make_run.toml --out runs/make_run
 
 test: install test-cpp test-py
 

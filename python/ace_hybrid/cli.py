@@ -70,6 +70,33 @@ def build_parser() -> argparse.ArgumentParser:
                     help="continue the run in RUN_DIR from its last checkpoint (only train.total_env_steps may "
                     "be changed, with --set)")
     tr.add_argument("--help-config", action="store_true", help="list every configuration field with its default")
+    ex = sub.add_parser(
+        "experiment",
+        help="train and test a grid of agents x seeds and write the paper-style table and a report",
+        description="Run the rows of an experiment file (baselines: donothing, reco, greedy, llm_lac; training "
+        "rows: sac_only, ace and its ablations) for each seed: train into OUT/runs/<row>-seed<k> (resuming a "
+        "half-done run), test best.pt on the file's held-out test_pairs, and save each cell in OUT/cells/. A "
+        "finished cell is never rerun, so rerunning the command continues where it stopped. Writes results.json, "
+        "results.csv, results.md (mean ± std over seeds) and report.md with figures, and prints the table.",
+    )
+    ex.add_argument("--config", type=Path, required=True, help="an experiment TOML file (see experiments/)")
+    ex.add_argument("--out", type=Path, default=None, help="output folder (default runs/<experiment name>)")
+    ex.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a configuration field in every row, after the file's set/ace_set and before "
+                    "each row's own overrides, e.g. --set train.total_env_steps=2000")
+    ex.add_argument("--rows", default=None, metavar="ID,ID",
+                    help="run only these row ids (default: every row of the file)")
+    ex.add_argument("--seeds", type=_int_list, default=None, help="replace the file's seeds, e.g. '0,1,2' or '0-2'")
+    ex.add_argument("--no-report", action="store_true", help="skip report.md and its figures")
+    ex.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    rp = sub.add_parser(
+        "report",
+        help="write DIR/report.md with figures from a finished (or partial) experiment directory",
+        description="Write DIR/report.md and DIR/figures/*.png from DIR/results.json and the runs' metrics.jsonl: "
+        "learning curves, survival per held-out episode, LLM calls and acceptance, the time split, and our figures "
+        "beside the ACE paper's. Missing data becomes a sentence in the report.",
+    )
+    rp.add_argument("dir", type=Path, help="the experiment's output folder (ace-hybrid experiment --out)")
     return parser
 
 
@@ -128,12 +155,33 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_experiment(args: argparse.Namespace) -> int:
+    from ace_hybrid.experiment import load_experiment, run_experiment
+
+    rows = [r.strip() for r in args.rows.split(",") if r.strip()] if args.rows else None
+    spec = load_experiment(args.config, args.overrides, rows=rows, seeds=args.seeds)
+    out = args.out or Path("runs") / spec.name
+    result = run_experiment(spec, out, progress=not args.no_progress, report=not args.no_report)
+    print(result["markdown"])
+    print(f"\n{len(result['ran'])} cell(s) run, {len(result['reused'])} reused; written: {out}/results.json, "
+          f"results.csv, results.md" + ("" if args.no_report else ", report.md"))
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from ace_hybrid.report import write_report
+
+    print(f"written: {write_report(args.dir)}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
     try:
-        return {"evaluate": cmd_evaluate, "train": cmd_train}[args.command](args)
+        commands = {"evaluate": cmd_evaluate, "train": cmd_train, "experiment": cmd_experiment, "report": cmd_report}
+        return commands[args.command](args)
     except (ValueError, IndexError, FileNotFoundError, FileExistsError) as exc:
         print(f"ace-hybrid {args.command}: error: {exc}", file=sys.stderr)
         return 2

@@ -1,0 +1,376 @@
+"""``report.md`` for a finished experiment directory: the table, figures, and our figures beside the ACE paper's.
+
+Figures (PNG, matplotlib's Agg canvas, no display needed), written to ``DIR/figures/``:
+
+- ``learning_curves.png``: survival on the checkpoint-selection pairs (``env.eval_pairs``) against environment
+  steps, per training row and seed (from each run's ``metrics.jsonl``);
+- ``test_survival.png``: survival on each held-out test episode, per row (mean over seeds);
+- ``llm.png``: cumulative LLM calls and acceptance rate over training (``llm/*`` lines of ``metrics.jsonl``);
+- ``time_split.png``: where training time went per training row (environment, updates, LLM, evaluation, other).
+
+Anything missing (no results, a deleted run directory, no LLM lines) becomes a sentence in the report, never an
+error. Comparable figures from the paper (ACE, arXiv 2506.02522) are put beside ours with what differs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+# From the paper, as the project's issue quotes them.
+PAPER_REFINEMENTS = (287, 682)
+"""LLM refinements ACE needed in the paper's experiments (range over tasks)."""
+PAPER_TEST_SECONDS = 38.7
+"""ACE's test time per episode in the paper (RL policy only, no LLM calls at test time)."""
+
+_TIME_PARTS = ("env", "update", "llm", "eval", "other")
+_TIME_LABELS = {"env": "environment (steps + safe-rule simulations)", "update": "SAC updates", "llm": "LLM",
+                "eval": "evaluation (env.eval_pairs)", "other": "other"}
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """The JSON lines of a run's ``metrics.jsonl`` ([] when missing; unreadable lines are skipped)."""
+    if not path.is_file():
+        return []
+    lines = []
+    for text in path.read_text().splitlines():
+        try:
+            lines.append(json.loads(text))
+        except json.JSONDecodeError:
+            continue  # a line cut by a killed run
+    return lines
+
+
+def _figure(width: float = 7.0, height: float = 4.0, ncols: int = 1) -> tuple[Any, Any]:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig, fig.subplots(1, ncols)
+
+
+def _colors(results: dict[str, Any]) -> dict[str, Any]:
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab10"]
+    return {row["id"]: cmap(i % 10) for i, row in enumerate(results.get("rows", []))}
+
+
+def _cells_of(results: dict[str, Any], row_id: str) -> list[dict[str, Any]]:
+    return [c for c in results.get("cells", []) if c.get("row") == row_id]
+
+
+def _first_row(results: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    return next((r for r in results.get("rows", []) if r.get("kind") == kind), None)
+
+
+def _mean(row: dict[str, Any] | None, key: str) -> float | None:
+    if row is None:
+        return None
+    return row.get("metrics", {}).get(key, {}).get("mean")
+
+
+# ----------------------------------------------------------------------------- figures
+
+
+def plot_learning_curves(results: dict[str, Any], out: Path, fig_dir: Path) -> str:
+    """Validation survival against environment steps for every training cell; a sentence when there is none."""
+    colors = _colors(results)
+    fig, ax = _figure()
+    drawn = 0
+    for row in results.get("rows", []):
+        labelled = False
+        for cell in _cells_of(results, row["id"]):
+            if not cell.get("run_dir"):
+                continue
+            points = [(m["env_steps"], m["eval/survival_rate"]) for m in read_metrics(out / cell["run_dir"] /
+                                                                                        "metrics.jsonl")
+                      if "eval/survival_rate" in m]
+            if not points:
+                continue
+            xs, ys = zip(*sorted(points))
+            ax.plot(xs, ys, marker="o", color=colors[row["id"]], alpha=0.8,
+                    label=None if labelled else row["name"])
+            labelled, drawn = True, drawn + 1
+    if not drawn:
+        return "No learning curves: no training row has evaluation lines in its run's metrics.jsonl."
+    ax.set(xlabel="environment steps", ylabel="survival on env.eval_pairs", ylim=(-0.02, 1.02),
+           title="Learning curves (checkpoint-selection episodes)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.savefig(fig_dir / "learning_curves.png", dpi=110)
+    return (f"![learning curves](figures/learning_curves.png)\n\nSurvival on the checkpoint-selection episodes "
+            f"(env.eval_pairs) at each evaluation during training; one line per seed ({drawn} runs). best.pt is the "
+            f"checkpoint at the highest point; the table reports it on the separate held-out test episodes.")
+
+
+def plot_test_survival(results: dict[str, Any], fig_dir: Path) -> str:
+    """Grouped bars: survival per held-out test episode per row (mean over seeds)."""
+    import numpy as np
+
+    colors = _colors(results)
+    episodes: list[tuple[int, int]] = [tuple(p) for p in results.get("test_pairs", [])]
+    table: dict[str, list[float]] = {}
+    for row in results.get("rows", []):
+        per_episode: dict[tuple[int, int], list[float]] = {}
+        for cell in _cells_of(results, row["id"]):
+            for e in (cell.get("test") or {}).get("episodes", []):
+                per_episode.setdefault((e["scenario"], e["seed"]), []).append(float(e["survival_rate"]))
+        if per_episode:
+            table[row["id"]] = [float(np.mean(per_episode[p])) if p in per_episode else math.nan for p in episodes]
+    if not table or not episodes:
+        return "No per-episode test results in the cells."
+    fig, ax = _figure(max(7.0, 1.2 * len(episodes) * max(1, len(table)) / 3), 4.0)
+    width = 0.8 / len(table)
+    x = np.arange(len(episodes))
+    names = {r["id"]: r["name"] for r in results["rows"]}
+    for i, (row_id, values) in enumerate(table.items()):
+        ax.bar(x + (i - (len(table) - 1) / 2) * width, values, width, color=colors[row_id], label=names[row_id])
+    ax.set_xticks(x, [f"scenario {s}\nseed {k}" for s, k in episodes])
+    ax.set(ylabel="survival (steps survived / played)", ylim=(0, 1.05), title="Held-out test episodes")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize="small", ncols=min(4, len(table)))
+    fig.savefig(fig_dir / "test_survival.png", dpi=110)
+    return ("![test survival](figures/test_survival.png)\n\nSurvival on each held-out test episode (scenario, seed) "
+            "for every agent; training rows averaged over their seeds.")
+
+
+def plot_llm(results: dict[str, Any], out: Path, fig_dir: Path) -> str:
+    """Cumulative LLM calls and acceptance rate against environment steps, from the runs' ``llm/*`` lines."""
+    colors = _colors(results)
+    fig, (ax_calls, ax_rate) = _figure(10.0, 4.0, ncols=2)
+    drawn = 0
+    for row in results.get("rows", []):
+        labelled = False
+        for cell in _cells_of(results, row["id"]):
+            if not cell.get("run_dir"):
+                continue
+            lines = [m for m in read_metrics(out / cell["run_dir"] / "metrics.jsonl") if "llm/calls" in m]
+            if not lines:
+                continue
+            lines.sort(key=lambda m: m["env_steps"])
+            steps = [m["env_steps"] for m in lines]
+            label = None if labelled else row["name"]
+            ax_calls.plot(steps, [m["llm/calls"] for m in lines], marker=".", color=colors[row["id"]], label=label)
+            if any("llm/acceptance_rate" in m for m in lines):
+                rates = [(m["env_steps"], m["llm/acceptance_rate"]) for m in lines if "llm/acceptance_rate" in m]
+                ax_rate.plot(*zip(*rates), marker=".", color=colors[row["id"]], label=label)
+            labelled, drawn = True, drawn + 1
+    if not drawn:
+        return ("No LLM metrics: no run wrote llm/calls lines to its metrics.jsonl (no row trained with an LLM, or "
+                "its run directories are gone).")
+    ax_calls.set(xlabel="environment steps", ylabel="LLM calls (cumulative)", title="LLM calls")
+    ax_rate.set(xlabel="environment steps", ylabel="accepted / refinements", ylim=(-0.02, 1.02),
+                title="Acceptance rate of refinements")
+    for ax in (ax_calls, ax_rate):
+        ax.grid(alpha=0.3)
+    ax_calls.legend(fontsize="small")
+    fig.savefig(fig_dir / "llm.png", dpi=110)
+    return ("![LLM calls and acceptance](figures/llm.png)\n\nLLM calls (actor, critic and fine-tuning together) and "
+            "the share of proposed refinements the simulator accepted, over training.")
+
+
+def _time_split(cell: dict[str, Any]) -> dict[str, float] | None:
+    train = cell.get("train") or {}
+    split = train.get("time_split")
+    if not split:
+        return None
+    parts = {"env": float(split.get("env", 0.0)) + float(split.get("safe_rule_simulate", 0.0)),
+             "update": float(split.get("update", 0.0)), "llm": float(split.get("llm", 0.0)),
+             "eval": float(split.get("eval", 0.0))}
+    total = float(train.get("train_seconds") or 0.0)
+    parts["other"] = max(0.0, total - sum(parts.values()))
+    return parts
+
+
+def plot_time_split(results: dict[str, Any], fig_dir: Path) -> str:
+    """Stacked horizontal bars of training time per training row (mean over seeds)."""
+    import numpy as np
+
+    rows = []
+    for row in results.get("rows", []):
+        splits = [s for s in (_time_split(c) for c in _cells_of(results, row["id"])) if s]
+        if splits:
+            rows.append((row["name"], {k: float(np.mean([s[k] for s in splits])) for k in _TIME_PARTS}))
+    if not rows:
+        return "No time split: no training row recorded one."
+    from matplotlib import colormaps
+
+    cmap = colormaps["Set2"]
+    fig, ax = _figure(8.0, 2.0 + 0.5 * len(rows))
+    y = np.arange(len(rows))
+    left = np.zeros(len(rows))
+    for i, part in enumerate(_TIME_PARTS):
+        values = np.array([r[1][part] for r in rows])
+        ax.barh(y, values, left=left, color=cmap(i), label=_TIME_LABELS[part])
+        left += values
+    ax.set_yticks(y, [r[0] for r in rows])
+    ax.invert_yaxis()
+    ax.set(xlabel="seconds (mean over seeds)", title="Where training time went")
+    fig.legend(fontsize="small", loc="outside lower center", ncols=3)
+    fig.savefig(fig_dir / "time_split.png", dpi=110)
+    table = ["| row | " + " | ".join(_TIME_LABELS[p] for p in _TIME_PARTS) + " |",
+             "|:---|" + "---:|" * len(_TIME_PARTS)]
+    table += [f"| {name} | " + " | ".join(f"{parts[p]:.1f} s" for p in _TIME_PARTS) + " |" for name, parts in rows]
+    return "![time split](figures/time_split.png)\n\n" + "\n".join(table)
+
+
+# ----------------------------------------------------------------------------- beside the paper
+
+
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{x:.1%}"
+
+
+def paper_comparison(results: dict[str, Any]) -> str:
+    """Our figures beside the paper's where they are comparable, and what differs."""
+    ace, greedy, sac = (_first_row(results, k) for k in ("ace", "greedy", "sac_only"))
+    lines = ["| | paper (ACE, arXiv 2506.02522) | ours |", "|:---|:---|:---|"]
+    lo, hi = PAPER_REFINEMENTS
+    if ace is not None and _mean(ace, "llm_calls") is not None:
+        ours = (f"{ace['name']}: {_mean(ace, 'llm_calls'):,.0f} LLM calls, {_mean(ace, 'llm_accepted'):,.0f} "
+                f"accepted refinements (mean over {ace['n']} seed{'s' if ace['n'] != 1 else ''})")
+    else:
+        ours = "no ACE row with LLM counts"
+    lines.append(f"| LLM refinements needed | {lo}-{hi} | {ours} |")
+    test_time = _mean(ace, "test_seconds_per_episode")
+    steps = _episode_steps(results, ace["id"]) if ace else None
+    ours = "no ACE row" if test_time is None else (
+        f"{test_time:.2f} s per episode" + (f" (episodes of at most {steps} steps)" if steps else ""))
+    lines.append(f"| ACE test time per episode | {PAPER_TEST_SECONDS} s | {ours} |")
+    a, g, s = _mean(ace, "survival_rate"), _mean(greedy, "survival_rate"), _mean(sac, "survival_rate")
+    if a is not None and g is not None:
+        verdict = "improves on" if a > g else ("matches" if a == g else "falls short of")
+        ours = f"ACE {verdict} the greedy expert: survival {_pct(a)} vs {_pct(g)}"
+    else:
+        ours = "not measured (needs an ACE row and a greedy row)"
+    lines.append(f"| ACE vs the expert(-guided) baseline (ours: the greedy expert) | ACE improves on it | {ours} |")
+    notes = []
+    if a is not None and s is not None:
+        if a >= s:
+            notes.append(f"At the same budget ACE is not worse than SAC-only on the held-out episodes "
+                         f"(survival {_pct(a)} vs {_pct(s)}).")
+        else:
+            notes.append(f"**ACE is worse than SAC-only** at the same budget on the held-out episodes (survival "
+                         f"{_pct(a)} vs {_pct(s)}): see the LLM acceptance figure and the per-episode survival "
+                         f"above before drawing conclusions; with one seed and a short budget the gap may be noise.")
+    untrained = sorted({c["name"] for c in results.get("cells", []) if (c.get("train") or {}).get("updates") == 0})
+    if untrained:
+        notes.append(f"**No SAC updates** in {', '.join(untrained)}: fewer decisions than train.learning_starts, so "
+                     f"the tested policy is the initial one; raise train.total_env_steps before comparing rows.")
+    notes.append("What differs from the paper:\n\n" + "\n".join(f"- {d}" for d in _differences(results)))
+    return "\n".join(lines) + "\n\n" + "\n\n".join(notes)
+
+
+def _episode_steps(results: dict[str, Any], row_id: str) -> int | None:
+    lengths = [e["max_steps"] for c in _cells_of(results, row_id) for e in (c.get("test") or {}).get("episodes", [])]
+    return max(lengths) if lengths else None
+
+
+def _differences(results: dict[str, Any]) -> list[str]:
+    cells = results.get("cells", [])
+    datasets = sorted({c["dataset"] for c in cells if c.get("dataset")})
+    offline = any("offline" in d for d in datasets)
+    out = []
+    paper = "Test scenarios: the paper tests on held-out scenarios of the full L2RPN datasets. "
+    if offline:
+        out.append(paper + f"Here the environment is grid2op's offline copy ({'; '.join(datasets)}), which holds only "
+                   "1-3 scenarios, so held-out means unseen (scenario, seed) pairs: the same time series with other "
+                   "random draws (opponent attacks and maintenance where the environment has them).")
+    elif not datasets:
+        out.append(paper + "Which dataset was used is not recorded in these cells.")
+    else:
+        out.append(f"Test scenarios: full datasets ({'; '.join(datasets)}).")
+    machine = results.get("machine") or {}
+    cores = f"{machine['cpus']} CPU cores" if machine.get("cpus") else "CPU"
+    where = {True: f"{cores} and a CUDA device", False: f"{cores} only, no GPU"}.get(machine.get("cuda"), cores)
+    out.append(f"Hardware: {where}; times are not comparable with the paper's setup, and test time depends on the "
+               f"episode length and on the top-k simulation check at deployment (env.deploy_topk).")
+    backends = sorted({c.get("llm_backend") for c in cells if c.get("llm_backend") not in (None, "none")
+                       and c.get("kind") in ("ace", "llm_lac")})
+    if backends:
+        names = ", ".join("SmolLM2-135M-Instruct (135M parameters)" if b == "smollm2" else b for b in backends)
+        out.append(f"Language model: {names}, far smaller than the paper's LLM, so its unaided proposals are near "
+                   f"chance; the simulator's validation decides which refinements count.")
+    steps = [c["metrics"]["env_steps"] for c in cells if c.get("metrics", {}).get("env_steps")]
+    if steps:
+        out.append(f"Budget: {max(steps):,} environment steps per training run, a small fraction of the paper's "
+                   f"training; refinement counts scale with the number of bad transitions seen.")
+    out.append("Reward: our per-decision reward and r_bar scale (see ace-hybrid train --help-config, reward.* and "
+               "ace.r_bar) differ from the paper's, so r_bar values are not interchangeable.")
+    return out
+
+
+# ----------------------------------------------------------------------------- the report
+
+
+def write_report(out_dir: str | Path) -> Path:
+    """Write ``out_dir/report.md`` and its figures from ``out_dir/results.json``; returns the report's path.
+
+    Raises ``FileNotFoundError`` only when ``out_dir`` itself does not exist; missing results or metrics become
+    sentences in the report.
+    """
+    out = Path(out_dir)
+    if not out.is_dir():
+        raise FileNotFoundError(f"no experiment directory at {out}")
+    fig_dir = out / "figures"
+    fig_dir.mkdir(exist_ok=True)
+    for old in fig_dir.glob("*.png"):
+        old.unlink()  # a figure whose data has gone must not linger beside the new report
+    path = out / "report.md"
+    results_path = out / "results.json"
+    if not results_path.is_file():
+        path.write_text(f"# Report\n\nNo results.json in {out}: run `ace-hybrid experiment --config FILE.toml "
+                        f"--out {out}` first.\n")
+        return path
+    try:
+        results = json.loads(results_path.read_text())
+    except json.JSONDecodeError as exc:
+        path.write_text(f"# Report\n\n{results_path} is not readable JSON ({exc}); rerun the experiment.\n")
+        return path
+    from ace_hybrid.experiment import to_markdown
+
+    parts = [f"# Report: {results.get('experiment', out.name)}", ""]
+    if results.get("description"):
+        parts += [results["description"], ""]
+    rows = results.get("rows") or []
+    parts += ["## Results", ""]
+    if rows:
+        parts += ([results["setup"], ""] if results.get("setup") else []) + [to_markdown(rows), ""]
+    else:
+        parts += ["No rows in results.json.", ""]
+    parts += ["## Learning curves", "", plot_learning_curves(results, out, fig_dir), "",
+              "## Survival per held-out episode", "", plot_test_survival(results, fig_dir), "",
+              "## LLM calls and acceptance over training", "", plot_llm(results, out, fig_dir), "",
+              _llm_totals(results), "",
+              "## Time split of training", "", plot_time_split(results, fig_dir), "",
+              "## Beside the paper", "", paper_comparison(results), ""]
+    path.write_text("\n".join(p for p in parts if p is not None).rstrip() + "\n")
+    return path
+
+
+def _llm_totals(results: dict[str, Any]) -> str:
+    """The LLM counters of each LLM training row (mean over seeds)."""
+    keys = ("calls", "actor_calls", "critic_calls", "bad_transitions", "accepted", "rounds", "errors", "finetunes",
+            "seconds")
+    lines = []
+    for row in results.get("rows", []):
+        counts = [(c.get("train") or {}).get("llm") for c in _cells_of(results, row["id"])]
+        counts = [c for c in counts if c]
+        if not counts:
+            continue
+        means = [sum(float(c.get(k, 0)) for c in counts) / len(counts) for k in keys]
+        lines.append(f"| {row['name']} | " + " | ".join(f"{m:,.0f}" for m in means) + " |")
+    text = ("\n".join(["| row | " + " | ".join(keys) + " |", "|:---|" + "---:|" * len(keys), *lines]) if lines
+            else "No LLM counters in the training summaries.")
+    for row in results.get("rows", []):
+        asked = [c["test_llm"] for c in _cells_of(results, row["id"]) if c.get("test_llm")]
+        if asked:  # the LLM-only agent asks the model at test time instead
+            calls = sum(a["calls"] for a in asked) / len(asked)
+            seconds = sum(a["seconds"] for a in asked) / len(asked)
+            text += (f"\n\n{row['name']} asks the model at test time: {calls:,.0f} LAC rankings over the test "
+                     f"episodes ({seconds:,.1f} s in the model).")
+    return text
