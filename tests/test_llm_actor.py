@@ -219,9 +219,9 @@ def test_ace_fills_the_llm_partition_fine_tunes_and_resumes_with_its_adapter(tin
     summary = train(_ace(tiny_lm, 100), run)
     llm = summary["llm"]
     assert 0 < llm["calls"] <= 40, llm
-    assert llm["actor_calls"] + llm["critic_calls"] + sum(
-        e.get("probe_before", {}).get("asked", 0) + e.get("probe_after", {}).get("asked", 0)
-        for e in llm["coevolution"]) == llm["calls"]
+    assert llm["actor_calls"] + llm["critic_calls"] == llm["calls"]
+    assert llm["probe_calls"] == sum(e.get("probe_before", {}).get("asked", 0) + e.get("probe_after", {}).get(
+        "asked", 0) for e in llm["coevolution"])
     assert llm["accepted"] >= 1 and llm["rounds"] >= llm["accepted"]
     assert llm["critic"]["rounds"] >= 1 and llm["critic"]["trajectories"] >= 1 and llm["critic_calls"] >= 1
     assert summary["time_split"]["llm"] > 0
@@ -256,3 +256,6 @@ def test_a_paced_budget_spreads_the_calls_over_the_run(tiny_lm, tmp_path) -> Non
     assert llm.budget_left() and llm.may_call() and llm.calls == 11  # half-way: up to 55 calls
     llm.calls = 55
     assert not llm.may_call() and llm.calls == 55
+    assert llm.may_call_critic() and llm.calls == 56  # the critic meets only the total
+    llm.calls = 100
+    assert not llm.may_call_critic() and llm.may_probe() and llm.probe_calls == 1 and llm.calls == 100

@@ -188,10 +188,10 @@ class ACEConfig:
     min_improvement: float = 0.0
     """A proposal is accepted when its simulated reward exceeds the RL action's by more than this."""
     max_llm_calls: int = 400
-    """Budget of LLM calls per run (actor + critic + probes); 0 means unlimited."""
+    """Budget of LLM calls per run (actor + critic; co-evolution's probe calls are counted apart); 0: unlimited."""
     pace_budget: bool = True
-    """Spread the budget over the run: by environment step t of T, at most max_llm_calls * (0.1 + 0.9 t / T) calls
-    are spent, so the early, random policy's many bad transitions do not use it all up."""
+    """Spread the actor's calls over the run: by environment step t of T, at most max_llm_calls * (0.1 + 0.9 t / T)
+    calls are spent, so the early, random policy's many bad transitions do not use it all up."""
     critic: bool = True
     """Value critic g_LLM: trajectory-level reward shaping in {-2K, -K, +K, +2K}."""
     critic_start: int = 2_000

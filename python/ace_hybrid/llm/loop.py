@@ -9,7 +9,9 @@ The training loop (:mod:`ace_hybrid.train`) calls three hooks:
   enough have been accepted;
 * :meth:`LLMInLoop.after_episode` after each training episode: the value critic, on its schedule.
 
-One budget (``ace.max_llm_calls``) caps the LLM calls of all three roles. Nothing here lets an LLM failure stop
+One budget (``ace.max_llm_calls``) caps the LLM calls of the actor and the critic; the actor's share is paced over
+the run (``ace.pace_budget``). Co-evolution's probe calls are a measurement, counted apart (``probe_calls``) and
+never refused. Nothing here lets an LLM failure stop
 training: backends raise :class:`~ace_hybrid.llm.backend.LLMError` only, and each role counts and skips it.
 """
 
@@ -45,6 +47,7 @@ class LLMInLoop:
         # Read at call time: restore() replaces run.counters, and --resume may change the budget.
         self._progress = lambda: (run.counters.env_steps, run.cfg.train.total_env_steps)
         self.calls = 0
+        self.probe_calls = 0
         self.seconds = 0.0
         self.actor = None
         if ace.actor:
@@ -71,21 +74,32 @@ class LLMInLoop:
 
     # ------------------------------------------------------------------ budget
 
-    def budget_left(self) -> bool:
-        """Whether a call may be made now (see ``ace.max_llm_calls`` and ``ace.pace_budget``)."""
+    def budget_left(self, paced: bool = True) -> bool:
+        """Whether a call may be made now (see ``ace.max_llm_calls`` and ``ace.pace_budget``).
+
+        The actor's calls are paced; the critic's only meet the total (it runs rarely, on a schedule, and the paced
+        actor always leaves room under the total)."""
         limit = self.cfg.max_llm_calls
         if limit == 0:
             return True
-        if self.cfg.pace_budget:
+        if paced and self.cfg.pace_budget:
             t, total = self._progress()
             limit = limit * (total + 9 * min(t, total)) // (10 * total)  # limit * (0.1 + 0.9 t / T), in integers
         return self.calls < limit
 
-    def may_call(self) -> bool:
+    def may_call(self, paced: bool = True) -> bool:
         """Take one call from the budget; False when it is spent."""
-        if not self.budget_left():
+        if not self.budget_left(paced):
             return False
         self.calls += 1
+        return True
+
+    def may_call_critic(self) -> bool:
+        return self.may_call(paced=False)
+
+    def may_probe(self) -> bool:
+        """Probe calls measure the LLM (2 x probe_size per fine-tuning round): counted apart, never refused."""
+        self.probe_calls += 1
         return True
 
     # ------------------------------------------------------------------ hooks
@@ -118,7 +132,7 @@ class LLMInLoop:
                 if self.coevo is not None:
                     self.coevo.record(ref, handle)
                     if self.coevo.due():
-                        entry = self.coevo.finetune(run.replay, self.actor, self.may_call, run.counters.env_steps,
+                        entry = self.coevo.finetune(run.replay, self.actor, self.may_probe, run.counters.env_steps,
                                                     self.lora)
                         run.logger.write(run.counters.env_steps, _coevo_metrics(entry))
             self.seconds += time.perf_counter() - started
@@ -144,10 +158,10 @@ class LLMInLoop:
         """The value critic's round, when it is on and due."""
         c = run.counters
         if (self.critic is None or c.env_steps < self.cfg.critic_start or c.episodes % self.cfg.critic_every
-                or not self.budget_left()):
+                or not self.budget_left(paced=False)):
             return None
         started = time.perf_counter()
-        report = self.critic.run(run.replay, may_call=self.may_call)
+        report = self.critic.run(run.replay, may_call=self.may_call_critic)
         self.seconds += time.perf_counter() - started
         self.critic_totals["rounds"] += 1
         for key in ("trajectories", "calls", "malformed", "errors", "adjusted_steps", "total_abs_adjustment"):
@@ -165,7 +179,7 @@ class LLMInLoop:
 
     def metrics(self) -> dict[str, float]:
         s = self.actor.stats if self.actor is not None else ActorStats()
-        return {"llm/calls": self.calls, "llm/bad_transitions": s.bad_transitions, "llm/accepted": s.accepted,
+        return {"llm/calls": self.calls, "llm/probe_calls": self.probe_calls, "llm/bad_transitions": s.bad_transitions, "llm/accepted": s.accepted,
                 "llm/rounds": s.rounds, "llm/acceptance_rate": s.acceptance_rate,
                 "llm/first_choice_accepted": s.first_choice_accepted, "llm/errors": s.errors + self.critic_totals[
                     "errors"], "llm/seconds": self.seconds}
@@ -174,6 +188,7 @@ class LLMInLoop:
         s = self.actor.stats if self.actor is not None else ActorStats()
         history = self.coevo.history if self.coevo is not None else []
         return {"calls": self.calls, "actor_calls": s.calls, "critic_calls": self.critic_totals["calls"],
+                "probe_calls": self.probe_calls,
                 "bad_transitions": s.bad_transitions, "accepted": s.accepted, "rounds": s.rounds,
                 "first_choice_accepted": s.first_choice_accepted, "acceptance_rate": s.acceptance_rate,
                 "errors": s.errors + self.critic_totals["errors"], "error_kinds": dict(s.error_kinds),
@@ -182,7 +197,7 @@ class LLMInLoop:
                 "load_seconds": self.load_seconds, "backend": getattr(self.backend, "stats", {})}
 
     def state_dict(self) -> dict[str, Any]:
-        return {"calls": self.calls, "seconds": self.seconds,
+        return {"calls": self.calls, "probe_calls": self.probe_calls, "seconds": self.seconds,
                 "actor": asdict(self.actor.stats) if self.actor is not None else None,
                 "critic": self.critic.state_dict() if self.critic is not None else None,
                 "critic_totals": dict(self.critic_totals),
@@ -190,6 +205,7 @@ class LLMInLoop:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.calls, self.seconds = int(state["calls"]), float(state["seconds"])
+        self.probe_calls = int(state.get("probe_calls", 0))
         if self.actor is not None and state["actor"] is not None:
             self.actor.stats = ActorStats(**state["actor"])
         if self.critic is not None and state["critic"] is not None:
