@@ -26,7 +26,7 @@ PAPER_TEST_SECONDS = 38.7
 """ACE's test time per episode in the paper (RL policy only, no LLM calls at test time)."""
 
 _TIME_PARTS = ("env", "update", "llm", "eval", "other")
-_TIME_LABELS = {"env": "environment (steps + safe-rule simulations)", "update": "SAC updates", "llm": "LLM",
+_TIME_LABELS = {"env": "environment (steps, resets, safe-rule simulations)", "update": "SAC updates", "llm": "LLM",
                 "eval": "evaluation (env.eval_pairs)", "other": "other"}
 
 
@@ -178,7 +178,7 @@ def _time_split(cell: dict[str, Any]) -> dict[str, float] | None:
     split = train.get("time_split")
     if not split:
         return None
-    parts = {"env": float(split.get("env", 0.0)) + float(split.get("safe_rule_simulate", 0.0)),
+    parts = {"env": sum(float(split.get(k, 0.0)) for k in ("env", "reset", "safe_rule_simulate")),
              "update": float(split.get("update", 0.0)), "llm": float(split.get("llm", 0.0)),
              "eval": float(split.get("eval", 0.0))}
     total = float(train.get("train_seconds") or 0.0)

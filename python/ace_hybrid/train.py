@@ -167,7 +167,7 @@ class Run:
                                         beta=r.beta, tau=r.tau, seed=cfg.train.seed)
         self.counters = Counters(next_eval=cfg.train.eval_every or cfg.train.total_env_steps,
                                  next_checkpoint=cfg.train.checkpoint_every)
-        self.time_split = {"env": 0.0, "update": 0.0, "eval": 0.0, "llm": 0.0}
+        self.time_split = {"env": 0.0, "reset": 0.0, "update": 0.0, "eval": 0.0, "llm": 0.0}
         self.logger = MetricsLogger(run_dir, cfg.log.tensorboard)
         self.replay_files: dict[str, str] = {}
         """Replay file named by each checkpoint file (checkpoint.pt, best.pt): the ones to keep."""
@@ -228,7 +228,9 @@ def run_episode(run: Run, bar: Any) -> None:
     """One training episode: act, store, refine, update, shape at the end, and evaluate / log / save on schedule."""
     cfg, c = run.cfg, run.counters
     scenario = cfg.env.train_scenarios[c.episodes % len(cfg.env.train_scenarios)]
+    t0 = time.perf_counter()
     obs = reset_episode(run.env, scenario, cfg.env.train_seed_start + c.episodes)
+    run.time_split["reset"] += time.perf_counter() - t0
     episode, pending, steps = c.episodes, None, 0
     c.episodes += 1
     while c.env_steps < cfg.train.total_env_steps:
