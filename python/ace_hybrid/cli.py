@@ -57,8 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     tr = sub.add_parser(
         "train",
-        help="train an agent (SAC; ACE once the LLM is configured) and write a run directory",
-        description="Train on a Grid2Op environment. The configuration is the defaults, then --config FILE.toml, "
+        help="train SAC, or ACE when llm.backend is set, and write a run directory",
+        description="Train on a Grid2Op environment: SAC alone (llm.backend = none, the default) or ACE with an LLM "
+        "as policy actor, value critic and co-evolving partner (e.g. --set llm.backend=smollm2, or a config from "
+        "configs/ace_*.toml). The configuration is the defaults, then --config FILE.toml, "
         "then every --set key=value. A run directory holds checkpoints, the replay, metrics.jsonl, TensorBoard "
         "events and evaluations; --resume continues a stopped run from its last checkpoint.",
     )
@@ -130,6 +132,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     if last:
         print(f"survival on env.eval_pairs {last['survival_rate']:.1%} (best {summary['best_survival']:.1%}); "
               f"run directory: {summary['run_dir']}")
+    llm = summary.get("llm")
+    if llm:
+        print(f"LLM: {llm['calls']} calls ({llm['actor_calls']} actor, {llm['critic_calls']} critic; "
+              f"+{llm['probe_calls']} probe), {llm['accepted']} of {llm['bad_transitions']} bad transitions "
+              f"refined, {llm['finetunes']} LoRA round(s), {llm['seconds']:.0f} s")
     return 0
 
 
