@@ -251,3 +251,13 @@ kind = "ace"
     assert f"| {llm['calls']:,} | {llm['accepted']:,} |" in line
     report = (tmp_path / "out" / "report.md").read_text()
     assert "figures/llm.png" in report and (tmp_path / "out" / "figures" / "llm.png").is_file()
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "experiments").glob("*.toml")), ids=lambda p: p.stem)
+def test_the_shipped_experiment_files_are_valid(path: Path) -> None:
+    spec = ex.load_experiment(path)  # builds and validates every cell's configuration
+    kinds = {row.kind for row, _ in spec.cells()}
+    assert {"sac_only", "ace"} <= kinds
+    for row, seed in spec.cells():
+        cfg = spec.row_config(row, seed)
+        assert (cfg.llm.backend == "none") == (row.kind in ("sac_only", "donothing", "reco", "greedy")), row.id
