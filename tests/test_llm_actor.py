@@ -244,18 +244,20 @@ def test_ace_fills_the_llm_partition_fine_tunes_and_resumes_with_its_adapter(tin
     assert resumed["llm"]["accepted"] >= llm["accepted"]
 
 
-def test_a_paced_budget_spreads_the_calls_over_the_run(tiny_lm, tmp_path) -> None:
-    cfg = _ace(tiny_lm, 60, "ace.pace_budget=true", "ace.max_llm_calls=100", "ace.critic=false", "ace.coevolve=false")
+def test_the_budget_reserves_the_critic_share_and_paces_the_actor(tiny_lm, tmp_path) -> None:
+    cfg = _ace(tiny_lm, 60, "ace.pace_budget=true", "ace.max_llm_calls=100", "ace.critic_share=0.2",
+               "ace.coevolve=false")
     from ace_hybrid.train import Run
 
     run = Run(cfg, tmp_path / "paced")
     llm = run.llm
-    llm.calls = 10
-    assert not llm.budget_left()  # at step 0 only 10% of the budget may be spent
+    llm.role_calls["actor"] = 8
+    assert not llm.budget_left()  # at step 0 only 10% of the actor's 80 calls may be spent
     run.counters.env_steps = 30
-    assert llm.budget_left() and llm.may_call() and llm.calls == 11  # half-way: up to 55 calls
-    llm.calls = 55
-    assert not llm.may_call() and llm.calls == 55
-    assert llm.may_call_critic() and llm.calls == 56  # the critic meets only the total
-    llm.calls = 100
-    assert not llm.may_call_critic() and llm.may_probe() and llm.probe_calls == 1 and llm.calls == 100
+    assert llm.budget_left() and llm.may_call() and llm.role_calls["actor"] == 9  # half-way: up to 44 calls
+    llm.role_calls["actor"] = 44
+    assert not llm.may_call() and llm.role_calls["actor"] == 44
+    for _ in range(20):  # the critic's 20 are there whatever the actor did
+        assert llm.may_call_critic()
+    assert not llm.may_call_critic() and llm.role_calls["critic"] == 20 and llm.calls == 21
+    assert llm.may_probe() and llm.probe_calls == 1 and llm.calls == 21  # probes are counted apart

@@ -189,6 +189,8 @@ class ACEConfig:
     """A proposal is accepted when its simulated reward exceeds the RL action's by more than this."""
     max_llm_calls: int = 400
     """Budget of LLM calls per run (actor + critic; co-evolution's probe calls are counted apart); 0: unlimited."""
+    critic_share: float = 0.25
+    """Share of max_llm_calls reserved for the value critic when it is on (the actor gets the rest)."""
     pace_budget: bool = True
     """Spread the actor's calls over the run: by environment step t of T, at most max_llm_calls * (0.1 + 0.9 t / T)
     calls are spent, so the early, random policy's many bad transitions do not use it all up."""
@@ -230,6 +232,7 @@ class ACEConfig:
                "must be in [1, 10000]")
         _check(self.min_improvement >= 0, "ace.min_improvement", self.min_improvement, "must be >= 0")
         _check(self.max_llm_calls >= 0, "ace.max_llm_calls", self.max_llm_calls, "must be >= 0")
+        _check(0.0 <= self.critic_share <= 1.0, "ace.critic_share", self.critic_share, "must be in [0, 1]")
         _check(self.critic_start >= 0, "ace.critic_start", self.critic_start, "must be >= 0")
         _check(self.critic_every >= 1, "ace.critic_every", self.critic_every, "must be >= 1")
         _check(1 <= self.critic_trajectories <= 1000, "ace.critic_trajectories", self.critic_trajectories,

@@ -9,8 +9,8 @@ The training loop (:mod:`ace_hybrid.train`) calls three hooks:
   enough have been accepted;
 * :meth:`LLMInLoop.after_episode` after each training episode: the value critic, on its schedule.
 
-One budget (``ace.max_llm_calls``) caps the LLM calls of the actor and the critic; the actor's share is paced over
-the run (``ace.pace_budget``). Co-evolution's probe calls are a measurement, counted apart (``probe_calls``) and
+One budget (``ace.max_llm_calls``) caps the LLM calls of the actor and the critic: the critic has a reserved share
+(``ace.critic_share``), the actor the rest, paced over the run (``ace.pace_budget``). Co-evolution's probe calls are a measurement, counted apart (``probe_calls``) and
 never refused. Nothing here lets an LLM failure stop
 training: backends raise :class:`~ace_hybrid.llm.backend.LLMError` only, and each role counts and skips it.
 """
@@ -47,6 +47,7 @@ class LLMInLoop:
         # Read at call time: restore() replaces run.counters, and --resume may change the budget.
         self._progress = lambda: (run.counters.env_steps, run.cfg.train.total_env_steps)
         self.calls = 0
+        self.role_calls = {"actor": 0, "critic": 0}
         self.probe_calls = 0
         self.seconds = 0.0
         self.actor = None
@@ -74,28 +75,33 @@ class LLMInLoop:
 
     # ------------------------------------------------------------------ budget
 
-    def budget_left(self, paced: bool = True) -> bool:
-        """Whether a call may be made now (see ``ace.max_llm_calls`` and ``ace.pace_budget``).
+    def _limit(self, role: str) -> int:
+        """Calls ``role`` ("actor" or "critic") may have made by now: the critic's share of the budget is reserved
+        for it (``ace.critic_share``) and unpaced (it runs on a schedule); the actor's paced rest."""
+        total = self.cfg.max_llm_calls
+        critic = int(total * self.cfg.critic_share) if self.critic is not None else 0
+        if role == "critic":
+            return critic
+        limit = total - critic
+        if self.cfg.pace_budget:
+            t, steps = self._progress()
+            limit = limit * (steps + 9 * min(t, steps)) // (10 * steps)  # limit * (0.1 + 0.9 t / T), in integers
+        return limit
 
-        The actor's calls are paced; the critic's only meet the total (it runs rarely, on a schedule, and the paced
-        actor always leaves room under the total)."""
-        limit = self.cfg.max_llm_calls
-        if limit == 0:
-            return True
-        if paced and self.cfg.pace_budget:
-            t, total = self._progress()
-            limit = limit * (total + 9 * min(t, total)) // (10 * total)  # limit * (0.1 + 0.9 t / T), in integers
-        return self.calls < limit
+    def budget_left(self, role: str = "actor") -> bool:
+        """Whether ``role`` may make a call now (see ``ace.max_llm_calls``, ``ace.critic_share``, ``ace.pace_budget``)."""
+        return self.cfg.max_llm_calls == 0 or self.role_calls[role] < self._limit(role)
 
-    def may_call(self, paced: bool = True) -> bool:
-        """Take one call from the budget; False when it is spent."""
-        if not self.budget_left(paced):
+    def may_call(self, role: str = "actor") -> bool:
+        """Take one call from ``role``'s budget; False when it is spent."""
+        if not self.budget_left(role):
             return False
+        self.role_calls[role] += 1
         self.calls += 1
         return True
 
     def may_call_critic(self) -> bool:
-        return self.may_call(paced=False)
+        return self.may_call("critic")
 
     def may_probe(self) -> bool:
         """Probe calls measure the LLM (2 x probe_size per fine-tuning round): counted apart, never refused."""
@@ -158,7 +164,7 @@ class LLMInLoop:
         """The value critic's round, when it is on and due."""
         c = run.counters
         if (self.critic is None or c.env_steps < self.cfg.critic_start or c.episodes % self.cfg.critic_every
-                or not self.budget_left(paced=False)):
+                or not self.budget_left("critic")):
             return None
         started = time.perf_counter()
         report = self.critic.run(run.replay, may_call=self.may_call_critic)
@@ -197,7 +203,8 @@ class LLMInLoop:
                 "load_seconds": self.load_seconds, "backend": getattr(self.backend, "stats", {})}
 
     def state_dict(self) -> dict[str, Any]:
-        return {"calls": self.calls, "probe_calls": self.probe_calls, "seconds": self.seconds,
+        return {"calls": self.calls, "role_calls": dict(self.role_calls), "probe_calls": self.probe_calls,
+                "seconds": self.seconds,
                 "actor": asdict(self.actor.stats) if self.actor is not None else None,
                 "critic": self.critic.state_dict() if self.critic is not None else None,
                 "critic_totals": dict(self.critic_totals),
@@ -205,7 +212,8 @@ class LLMInLoop:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.calls, self.seconds = int(state["calls"]), float(state["seconds"])
-        self.probe_calls = int(state.get("probe_calls", 0))
+        self.role_calls.update(state["role_calls"])
+        self.probe_calls = int(state["probe_calls"])
         if self.actor is not None and state["actor"] is not None:
             self.actor.stats = ActorStats(**state["actor"])
         if self.critic is not None and state["critic"] is not None:
