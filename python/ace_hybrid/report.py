@@ -138,14 +138,16 @@ def plot_test_survival(results: dict[str, Any], fig_dir: Path) -> str:
             "for every agent; training rows averaged over their seeds.")
 
 
+_SEED_STYLES = ("-", "--", ":", "-.")
+
+
 def plot_llm(results: dict[str, Any], out: Path, fig_dir: Path) -> str:
     """Cumulative LLM calls and acceptance rate against environment steps, from the runs' ``llm/*`` lines."""
     colors = _colors(results)
     fig, (ax_calls, ax_rate) = _figure(10.0, 4.0, ncols=2)
     drawn = 0
     for row in results.get("rows", []):
-        labelled = False
-        for cell in _cells_of(results, row["id"]):
+        for k, cell in enumerate(_cells_of(results, row["id"])):
             if not cell.get("run_dir"):
                 continue
             lines = [m for m in read_metrics(out / cell["run_dir"] / "metrics.jsonl") if "llm/calls" in m]
@@ -153,12 +155,13 @@ def plot_llm(results: dict[str, Any], out: Path, fig_dir: Path) -> str:
                 continue
             lines.sort(key=lambda m: m["env_steps"])
             steps = [m["env_steps"] for m in lines]
-            label = None if labelled else row["name"]
-            ax_calls.plot(steps, [m["llm/calls"] for m in lines], marker=".", color=colors[row["id"]], label=label)
+            style = {"marker": ".", "color": colors[row["id"]], "linestyle": _SEED_STYLES[k % len(_SEED_STYLES)],
+                     "label": f"{row['name']} (seed {cell.get('seed')})"}
+            ax_calls.plot(steps, [m["llm/calls"] for m in lines], **style)
             if any("llm/acceptance_rate" in m for m in lines):
                 rates = [(m["env_steps"], m["llm/acceptance_rate"]) for m in lines if "llm/acceptance_rate" in m]
-                ax_rate.plot(*zip(*rates), marker=".", color=colors[row["id"]], label=label)
-            labelled, drawn = True, drawn + 1
+                ax_rate.plot(*zip(*rates), **style)
+            drawn += 1
     if not drawn:
         return ("No LLM metrics: no run wrote llm/calls lines to its metrics.jsonl (no row trained with an LLM, or "
                 "its run directories are gone).")

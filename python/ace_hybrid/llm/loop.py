@@ -172,7 +172,7 @@ class LLMInLoop:
         self.critic_totals["rounds"] += 1
         for key in ("trajectories", "calls", "malformed", "errors", "adjusted_steps", "total_abs_adjustment"):
             self.critic_totals[key] += getattr(report, key)
-        return {f"critic/{k}": float(v) for k, v in self.critic_totals.items()}
+        return {**self.metrics(), **{f"critic/{k}": float(v) for k, v in self.critic_totals.items()}}
 
     def close(self) -> None:
         """Release the probe snapshots (grid2op environments)."""
