@@ -18,6 +18,7 @@ training: backends raise :class:`~ace_hybrid.llm.backend.LLMError` only, and eac
 from __future__ import annotations
 
 import json
+import logging
 import time
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
@@ -33,6 +34,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from ace_hybrid.train import Pending, Run
 
 __all__ = ["LLMInLoop"]
+
+log = logging.getLogger(__name__)
 
 
 class LLMInLoop:
@@ -70,6 +73,8 @@ class LLMInLoop:
         if ace.coevolve and self.actor is not None:
             self.coevo = CoEvolution(self.backend, every=ace.finetune_every, n_pairs=ace.finetune_pairs,
                                      adapter_dir=run.dir / "adapters", probe_size=ace.probe_size)
+        if self.coevo is not None and self.coevo.disabled:
+            log.warning("co-evolution is off for this run: %s", self.coevo.disabled)
         self.lora = {"rank": cfg.llm.lora_rank, "alpha": cfg.llm.lora_alpha, "lr": cfg.llm.lora_lr,
                      "epochs": cfg.llm.lora_epochs, "batch_size": cfg.llm.lora_batch_size}
 
@@ -198,9 +203,16 @@ class LLMInLoop:
                 "bad_transitions": s.bad_transitions, "accepted": s.accepted, "rounds": s.rounds,
                 "first_choice_accepted": s.first_choice_accepted, "acceptance_rate": s.acceptance_rate,
                 "errors": s.errors + self.critic_totals["errors"], "error_kinds": dict(s.error_kinds),
-                "finetunes": len(history), "coevolution": history, "critic": dict(self.critic_totals),
+                "finetunes": len(history), "coevolution": history,
+                "coevolution_off": self._coevolution_off(), "critic": dict(self.critic_totals),
                 "seconds": self.seconds, "llm_seconds": s.llm_seconds, "validate_seconds": s.validate_seconds,
                 "load_seconds": self.load_seconds, "backend": getattr(self.backend, "stats", {})}
+
+    def _coevolution_off(self) -> str | None:
+        """Why co-evolution does not run (None when it does)."""
+        if self.coevo is not None:
+            return self.coevo.disabled
+        return "ace.coevolve is false" if not self.cfg.coevolve else "it needs the actor (ace.actor is false)"
 
     def state_dict(self) -> dict[str, Any]:
         return {"calls": self.calls, "role_calls": dict(self.role_calls), "probe_calls": self.probe_calls,
