@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
+
+# pytest runs with --import-mode=importlib, which does not put tests/ on sys.path: do it here so the shared helper
+# modules (llm_fixtures.py) import by name.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 @pytest.fixture(autouse=True, scope="session")

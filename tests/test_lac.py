@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
 import pathlib
-import sys
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
@@ -19,16 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 
-def _load_fixtures():
-    path = pathlib.Path(__file__).with_name("llm_fixtures.py")
-    spec = importlib.util.spec_from_file_location("llm_fixtures", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("llm_fixtures", mod)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-fixtures = _load_fixtures()
+import llm_fixtures as fixtures  # noqa: E402 (tests/ is on sys.path: see conftest.py)
 
 
 # ------------------------------------------------------------------------------------- lac_policy

@@ -3,10 +3,8 @@ do-nothing fallback on model failures, and the factory from a run configuration.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import pathlib
-import sys
 from typing import Any
 
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -26,16 +24,7 @@ pytestmark = pytest.mark.grid2op
 ENV = "l2rpn_case14_sandbox"
 
 
-def _load_fixtures():
-    path = pathlib.Path(__file__).with_name("llm_fixtures.py")
-    spec = importlib.util.spec_from_file_location("llm_fixtures", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("llm_fixtures", mod)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-fixtures = _load_fixtures()
+import llm_fixtures as fixtures  # noqa: E402 (tests/ is on sys.path: see conftest.py)
 
 
 @pytest.fixture(scope="module")

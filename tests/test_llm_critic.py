@@ -3,11 +3,9 @@ adjustments, reward shaping without compounding, the call budget, failures, and 
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import pathlib
 import re
-import sys
 from collections.abc import Callable, Sequence
 
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -25,16 +23,7 @@ from hypothesis import strategies as st
 N_LINE, OBS_DIM = 3, 5
 
 
-def _load_fixtures():
-    path = pathlib.Path(__file__).with_name("llm_fixtures.py")
-    spec = importlib.util.spec_from_file_location("llm_fixtures", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("llm_fixtures", mod)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-fixtures = _load_fixtures()
+import llm_fixtures as fixtures  # noqa: E402 (tests/ is on sys.path: see conftest.py)
 
 
 # ------------------------------------------------------------------------------------------------ helpers

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import math
 import pathlib
 import socket
-import sys
 import time
 
 import numpy as np
@@ -20,16 +18,7 @@ from ace_hybrid.llm.backend import LLMBackend
 from ace_hybrid.llm.openai_backend import OpenAIBackend
 
 
-def _load_fixtures():
-    path = pathlib.Path(__file__).with_name("llm_fixtures.py")
-    spec = importlib.util.spec_from_file_location("llm_fixtures", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("llm_fixtures", mod)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-fixtures = _load_fixtures()
+import llm_fixtures as fixtures  # noqa: E402 (tests/ is on sys.path: see conftest.py)
 FakeOpenAIServer = fixtures.FakeOpenAIServer
 
 KEY = "sk-test-DO-NOT-LEAK-4f1c9a"

@@ -3,10 +3,8 @@ tiny randomly initialised Qwen2-style model that the tests build themselves; plu
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import pathlib
-import sys
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # nothing may be downloaded
 
@@ -23,16 +21,7 @@ from ace_hybrid.llm.backend import LLMBackend
 from ace_hybrid.llm.transformers_backend import TransformersBackend
 
 
-def _load_fixtures():
-    path = pathlib.Path(__file__).with_name("llm_fixtures.py")
-    spec = importlib.util.spec_from_file_location("llm_fixtures", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("llm_fixtures", mod)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-fixtures = _load_fixtures()
+import llm_fixtures as fixtures  # noqa: E402 (tests/ is on sys.path: see conftest.py)
 
 PROMPT = "State: line 3 is overloaded. Which action?"
 CANDIDATES = ["do nothing", "reconnect line 3", "set bus 2 at substation 4", "GOOD"]
