@@ -18,17 +18,14 @@ from ace_hybrid import experiment as ex
 from ace_hybrid import train as train_module
 from ace_hybrid.train import load_checkpoint_file
 
+import tiny_settings  # noqa: E402 (tests/ is on sys.path: see conftest.py)
+
 pytestmark = pytest.mark.grid2op
 
 REPO = Path(__file__).resolve().parents[1]
-# Tiny nets and short episodes on the 14-substation sandbox (as in test_train.py).
-TINY = [
-    "env.train_scenarios=[0, 1]", "env.eval_pairs=[[2, 0]]", "env.threshold=0.5", "env.eval_max_steps=40",
-    "env.max_episode_steps=120", "env.deploy_topk=2", "sac.hidden=[32]", "sac.embed_dim=8", "sac.batch_size=16",
-    "replay.rl_capacity=2000", "replay.llm_capacity=10", "train.learning_starts=16", "train.checkpoint_every=50",
-    "train.eval_every=60", "train.torch_threads=1", "log.progress=false", "log.log_every=50",
-    "log.tensorboard=false",
-]
+# Tiny nets and short episodes on the 14-substation sandbox, as in test_train.py.
+TINY = [*tiny_settings.TINY, "env.deploy_topk=2", "train.checkpoint_every=50", "train.eval_every=60",
+        "log.tensorboard=false"]
 
 
 def write_experiment(path: Path, *, steps: int = 120, seeds: str = "[0, 1]", rows: str = "", extra: str = "") -> Path:

@@ -24,6 +24,8 @@ from ace_hybrid.llm.actor import PolicyActor, rollout
 from ace_hybrid.llm.backend import CandidateScores, LLMError, new_stats
 from ace_hybrid.train import load_checkpoint_file, step_reward, train
 
+import tiny_settings  # noqa: E402 (tests/ is on sys.path: see conftest.py)
+
 pytestmark = pytest.mark.grid2op
 ENV = "l2rpn_case14_sandbox"
 
@@ -182,15 +184,12 @@ def test_bad_actor_arguments_name_the_value(setting) -> None:
 # ------------------------------------------------------------------------------------- ACE through the loop
 
 TINY = [
-    "env.name=l2rpn_case14_sandbox", "env.train_scenarios=[0, 1]", "env.eval_pairs=[[2, 0]]",
-    "env.threshold=0.5", "env.eval_max_steps=30", "env.max_episode_steps=25",
-    "sac.hidden=[32]", "sac.embed_dim=8", "sac.batch_size=16",
-    "replay.rl_capacity=2000", "replay.llm_capacity=100",
-    "train.learning_starts=16", "train.checkpoint_every=60", "train.eval_every=0", "train.torch_threads=1",
-    "log.progress=false", "log.log_every=50", "log.tensorboard=false",
+    *tiny_settings.TINY, "env.eval_max_steps=30", "env.max_episode_steps=25", "replay.llm_capacity=100",
+    "train.checkpoint_every=60", "train.eval_every=0", "log.tensorboard=false",
     "llm.backend=transformers", "ace.r_bar=0.3", "ace.critic_start=0", "ace.critic_every=1",
     "ace.finetune_every=4", "ace.finetune_pairs=4", "ace.probe_size=2", "ace.validation_steps=6",
-    "ace.max_llm_calls=40", "ace.pace_budget=false", "ace.candidates=4", "ace.max_rounds=2", "ace.r_key=0.0", "ace.critic_trajectories=1",
+    "ace.max_llm_calls=40", "ace.pace_budget=false", "ace.candidates=4", "ace.max_rounds=2", "ace.r_key=0.0",
+    "ace.critic_trajectories=1",
 ]
 
 

@@ -18,16 +18,14 @@ from ace_hybrid import experiment as ex
 from ace_hybrid.cli import main
 from ace_hybrid.report import PAPER_TEST_SECONDS, paper_comparison, write_report
 
+import tiny_settings  # noqa: E402 (tests/ is on sys.path: see conftest.py)
+
 pytestmark = pytest.mark.grid2op
 
 REPO = Path(__file__).resolve().parents[1]
-TINY = [
-    "env.train_scenarios=[0, 1]", "env.eval_pairs=[[2, 0]]", "env.threshold=0.5", "env.eval_max_steps=30",
-    "env.max_episode_steps=100", "env.deploy_topk=2", "sac.hidden=[32]", "sac.embed_dim=8", "sac.batch_size=16",
-    "replay.rl_capacity=2000", "replay.llm_capacity=10", "train.learning_starts=16", "train.checkpoint_every=50",
-    "train.eval_every=40", "train.torch_threads=1", "log.progress=false", "log.log_every=20",
-    "log.tensorboard=false", "train.total_env_steps=120",
-]
+TINY = [*tiny_settings.TINY, "env.eval_max_steps=30", "env.max_episode_steps=100", "env.deploy_topk=2",
+        "train.checkpoint_every=50", "train.eval_every=40", "log.log_every=20", "log.tensorboard=false",
+        "train.total_env_steps=120"]
 
 
 @pytest.fixture(scope="module")

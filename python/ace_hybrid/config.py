@@ -347,19 +347,23 @@ def parse_override(text: str) -> dict[str, Any]:
     return out
 
 
+def read_toml(path: str | Path, what: str) -> dict[str, Any]:
+    """The tables of a TOML file; FileNotFoundError or ValueError naming the file (``what`` says what it is)."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"{what} {p} does not exist")
+    with p.open("rb") as f:
+        try:
+            return tomllib.load(f)
+        except tomllib.TOMLDecodeError as exc:
+            raise ValueError(f"{p}: {exc}") from None
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
     """The defaults, then the TOML file, then each ``key=value`` override; validated."""
     cfg = Config()
     if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise FileNotFoundError(f"configuration file {p} does not exist")
-        with p.open("rb") as f:
-            try:
-                data = tomllib.load(f)
-            except tomllib.TOMLDecodeError as exc:
-                raise ValueError(f"{p}: {exc}") from None
-        _apply(cfg, data, "")
+        _apply(cfg, read_toml(path, "configuration file"), "")
     for text in overrides or []:
         _apply(cfg, parse_override(text), "")
     return cfg.validate()

@@ -44,7 +44,6 @@ import os
 import platform
 import re
 import shutil
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,12 +51,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ace_hybrid.config import Config, load_config
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
+from ace_hybrid.config import Config, load_config, read_toml
 
 BASELINE_KINDS: tuple[str, ...] = ("donothing", "reco", "greedy", "llm_lac")
 """Rows that only test a fixed agent."""
@@ -186,13 +180,7 @@ def load_experiment(path: str | Path, overrides: Sequence[str] = (), *, rows: Se
         (``env.eval_pairs``) or possibly a training episode.
     """
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"experiment file {path} does not exist")
-    with path.open("rb") as f:
-        try:
-            data = tomllib.load(f)
-        except tomllib.TOMLDecodeError as exc:
-            raise ValueError(f"{path}: {exc}") from None
+    data = read_toml(path, "experiment file")
     unknown = set(data) - _TOP_KEYS
     if unknown:
         raise ValueError(f"{path}: unknown key(s) {', '.join(sorted(map(repr, unknown)))}; valid keys: "
