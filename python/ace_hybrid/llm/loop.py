@@ -125,7 +125,7 @@ class LLMInLoop:
             return None
         keep = False
         try:
-            if p.reward >= self.cfg.r_bar or self.actor is None:
+            if p.reward >= self.cfg.r_bar or self.actor is None or not self.budget_left():
                 return None
             started = time.perf_counter()
             x = run.normalizer(p.obs)
