@@ -73,6 +73,7 @@ bench: install
 	$(PIP) install -q $(BENCH_DEPS)
 	$(PY) -m pytest benchmarks --benchmark-only -o python_files='bench_*.py'
 	$(PY) benchmarks/compare_peers.py --output benchmarks/RESULTS.md
+	OMP_WAIT_POLICY=PASSIVE $(PY) benchmarks/bench_llm.py --states 6 --steps 3000 --calls 40 --output benchmarks/RESULTS.md
 
 sanitize: venv
 	$(VENV)/bin/cmake -S . -B $(SAN_BUILD) -G Ninja -DACE_HYBRID_SANITIZE=ON -DACE_HYBRID_CPP_TESTS=ON \
