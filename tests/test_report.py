@@ -131,3 +131,17 @@ def test_runs_that_never_updated_are_flagged() -> None:
                                      {"name": "ACE", "train": {"updates": 12}, "metrics": {}}]}
     flagged = next(p for p in paper_comparison(results).split("\n\n") if "No SAC updates" in p)
     assert "in SAC-only:" in flagged and "ACE" not in flagged
+
+
+def test_the_coevolution_table_reports_probe_acceptance_before_and_after() -> None:
+    from ace_hybrid.report import _coevolution_table
+
+    entry = {"round": 1, "env_steps": 3000, "pairs": 8, "loss_first": 0.25, "loss_last": 0.2, "seconds": 60.0,
+             "probe_before": {"asked": 4, "acceptance": 0.25}, "probe_after": {"asked": 4, "acceptance": 0.5}}
+    unasked = dict(entry, round=2, probe_after={"asked": 0, "acceptance": float("nan")})
+    results = {"rows": [{"id": "ace", "name": "ACE"}],
+               "cells": [{"row": "ace", "seed": 3, "train": {"llm": {"coevolution": [entry, unasked]}}}]}
+    text = _coevolution_table(results)
+    assert "| ACE | 3 | 1 | 3,000 | 8 | 0.250 -> 0.200 | 25.0% -> 50.0% (of 4) | 60 s |" in text
+    assert "25.0% -> – (of 4)" in text and "nan" not in text
+    assert "No co-evolution round ran" in _coevolution_table({"rows": [], "cells": []})
