@@ -95,33 +95,22 @@ _SHOWN = re.compile(r"^\[(\d+)\] step ", re.MULTILINE)
 _LINE = re.compile(r"\[(\d+)\][ \t]*:[ \t]*(-2K|-K|\+K|\+2K)")
 
 
+def _critic_prompt(trajectory_text: str, question: str) -> list[dict[str, str]]:
+    return [{"role": "system", "content": _SYSTEM},
+            {"role": "user", "content": f"Trajectory:\n{trajectory_text}\n\n{_MEANING}\n\n{question}"}]
+
+
 def critic_score_prompt(trajectory_text: str, step_line: str) -> list[dict[str, str]]:
     """The score-mode prompt about one decision; the four :data:`OPTIONS` are scored as the answer."""
-    return [
-        {"role": "system", "content": _SYSTEM},
-        {
-            "role": "user",
-            "content": (
-                f"Trajectory:\n{trajectory_text}\n\n{_MEANING}\n\nDecision {step_line}\n"
-                "How should the reward of this decision be adjusted? Answer with one of: -2K, -K, +K, +2K."
-            ),
-        },
-    ]
+    return _critic_prompt(trajectory_text, f"Decision {step_line}\nHow should the reward of this decision be "
+                          "adjusted? Answer with one of: -2K, -K, +K, +2K.")
 
 
 def critic_generate_prompt(trajectory_text: str, max_lines: int) -> list[dict[str, str]]:
     """The generate-mode prompt for a trajectory: at most ``max_lines`` lines ``[i]: option``."""
-    return [
-        {"role": "system", "content": _SYSTEM},
-        {
-            "role": "user",
-            "content": (
-                f"Trajectory:\n{trajectory_text}\n\n{_MEANING}\n\n"
-                f"Choose at most {max_lines} decisions whose reward should change, by their index in brackets. "
-                "Answer with one line per decision, exactly like\n[3]: -K\n[7]: +2K\nand nothing else."
-            ),
-        },
-    ]
+    return _critic_prompt(trajectory_text, f"Choose at most {max_lines} decisions whose reward should change, by "
+                          "their index in brackets. Answer with one line per decision, exactly like\n[3]: -K\n"
+                          "[7]: +2K\nand nothing else.")
 
 
 def parse_adjustments(
