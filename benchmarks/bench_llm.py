@@ -51,10 +51,10 @@ def actor_latency(n_states: int) -> tuple[str, dict]:
     from ace_hybrid.config import load_config
     from ace_hybrid.grid.catalog import ActionCatalog
     from ace_hybrid.grid.env import make_env
-    from ace_hybrid.grid.text import GridLayout
+    from ace_hybrid.grid.text import LineEndpoints
     from ace_hybrid.llm import LLMConfig, make_backend
     from ace_hybrid.llm.actor import PolicyActor
-    from ace_hybrid.train import step_reward
+    from ace_hybrid.grid.reward import step_reward
 
     cfg = load_config(None, [f"env.name={ENV}"])
     env = make_env(ENV, seed=0)
@@ -62,7 +62,7 @@ def actor_latency(n_states: int) -> tuple[str, dict]:
     t0 = time.perf_counter()
     backend = make_backend(LLMConfig(backend="smollm2"))
     load_s = time.perf_counter() - t0
-    actor = PolicyActor(backend, catalog, GridLayout.from_env(env), reward_fn=lambda o, b: step_reward(cfg, o, b),
+    actor = PolicyActor(backend, catalog, LineEndpoints.from_env(env), reward_fn=lambda o, b: step_reward(cfg.reward, o, b),
                         threshold=0.9, candidates=8, max_rounds=5, validation_steps=48)
     rows, per_ref = [], []
     for snapshot, obs in danger_states(env, n_states):
@@ -96,7 +96,7 @@ def actor_latency(n_states: int) -> tuple[str, dict]:
 
 def throughput(steps: int, calls: int, seed: int) -> tuple[str, dict]:
     from ace_hybrid.config import load_config
-    from ace_hybrid.train import train
+    from ace_hybrid.training.loop import train
 
     base = [f"train.total_env_steps={steps}", "train.eval_every=0", f"train.checkpoint_every={10 * steps}",
             "log.tensorboard=false", "log.progress=false", f"train.seed={seed}", "env.eval_pairs=[[0, 10]]",

@@ -873,7 +873,7 @@ def training_section(cfg: RunConfig) -> SectionReport:
         from ace_hybrid.config import load_config
         from ace_hybrid.grid.agents import DoNothingAgent
         from ace_hybrid.grid.env import reset_episode
-        from ace_hybrid.train import train
+        from ace_hybrid.training.loop import train
     except ImportError as exc:
         env, reason = None, str(exc)
     if env is None:

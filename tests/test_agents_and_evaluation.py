@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 pytest.importorskip("grid2op")
-from ace_hybrid.evaluate import evaluate, parse_pairs
-from ace_hybrid.grid.agents import DoNothingAgent, RecoPowerlineAgent, make_agent
+from ace_hybrid.agents import make_agent
+from ace_hybrid.grid.agents import DoNothingAgent, RecoPowerlineAgent
+from ace_hybrid.grid.evaluation import evaluate, parse_pairs
 from ace_hybrid.grid.env import reset_episode
 from ace_hybrid.grid.rules import SafeRule, in_danger
 
@@ -101,16 +102,16 @@ def test_greedy_expert_outlasts_doing_nothing(make_grid_env) -> None:
 
 
 def test_l2rpn_score_is_computed_on_a_private_copy(make_grid_env) -> None:
-    from pathlib import Path
 
-    from ace_hybrid.grid.scores import cache_dir, score_report
+    from ace_hybrid.files import cache_root
+    from ace_hybrid.grid.scores import score_report
 
     env = make_grid_env("l2rpn_case14_sandbox")
     report = evaluate(env, make_agent("do-nothing", env), [(1, 4)], max_steps=20, progress=False)
     score_report(report, lambda e: make_agent("do-nothing", e), max_steps=20, env_name="l2rpn_case14_sandbox")
     assert "ScoreL2RPN2020" in report.score_note
     assert report.episodes[0].score is not None and np.isfinite(report.episodes[0].score)
-    copies = list((Path(cache_dir()) / "score_envs" / "l2rpn_case14_sandbox").iterdir())
+    copies = list((cache_root() / "score_envs" / "l2rpn_case14_sandbox").iterdir())
     assert copies and all(len(list((c / "chronics").iterdir())) == 1 for c in copies if c.is_dir())
     assert "n/a" not in report.to_markdown().splitlines()[-1]
 

@@ -15,8 +15,9 @@ import pytest
 pytest.importorskip("grid2op")
 pytest.importorskip("torch")
 from ace_hybrid import experiment as ex
-from ace_hybrid import train as train_module
-from ace_hybrid.train import load_checkpoint_file
+from ace_hybrid.report import write_report
+from ace_hybrid.training import loop as train_module
+from ace_hybrid.training.checkpoint import load_checkpoint_file
 
 import tiny_settings  # noqa: E402 (tests/ is on sys.path: see conftest.py)
 
@@ -56,7 +57,7 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict
     base = tmp_path_factory.mktemp("experiment")
     path = write_experiment(base / "tiny.toml")
     out = base / "out"
-    result = ex.run_experiment(ex.load_experiment(path), out, progress=False, report=False)
+    result = ex.run_experiment(ex.load_experiment(path), out, progress=False)
     return path, out, result
 
 
@@ -114,7 +115,7 @@ def test_changed_settings_do_not_silently_reuse_finished_cells(finished) -> None
     path, out, _ = finished
     spec = ex.load_experiment(path, ["train.total_env_steps=100"])
     with pytest.raises(ValueError, match=r"cells/donothing.json was made with another configuration"):
-        ex.run_experiment(spec, out, progress=False, report=False)
+        ex.run_experiment(spec, out, progress=False)
 
 
 class Interrupted(Exception):
@@ -127,22 +128,22 @@ def test_a_half_done_training_run_is_resumed(tmp_path: Path, monkeypatch: pytest
 name = "SAC-only"
 kind = "sac_only"
 """)
-    original = train_module.run_episode
+    original = train_module.train_episode
 
     def stop_midway(run, bar):
         if run.counters.env_steps >= 80:
             raise Interrupted
         original(run, bar)
 
-    monkeypatch.setattr(train_module, "run_episode", stop_midway)
+    monkeypatch.setattr(train_module, "train_episode", stop_midway)
     spec = ex.load_experiment(path)
     with pytest.raises(Interrupted):
-        ex.run_experiment(spec, tmp_path / "out", progress=False, report=False)
+        ex.run_experiment(spec, tmp_path / "out", progress=False)
     run_dir = tmp_path / "out" / "runs" / "sac-only-seed3"
     stopped_at = load_checkpoint_file(run_dir / "checkpoint.pt")["counters"]["env_steps"]
     assert 50 <= stopped_at < 160 and not (tmp_path / "out" / "cells" / "sac-only-seed3.json").exists()
-    monkeypatch.setattr(train_module, "run_episode", original)
-    result = ex.run_experiment(spec, tmp_path / "out", progress=False, report=False)
+    monkeypatch.setattr(train_module, "train_episode", original)
+    result = ex.run_experiment(spec, tmp_path / "out", progress=False)
     cell = result["cells"][0]
     assert result["ran"] == ["sac-only-seed3"] and cell["train"]["resumed"] is True
     assert cell["train"]["env_steps"] == 160
@@ -166,7 +167,7 @@ name = "LLM-only (LAC)"
 id = "llm-lac"
 kind = "llm_lac"
 """)
-    result = ex.run_experiment(ex.load_experiment(path), tmp_path / "out", progress=False, report=False)
+    result = ex.run_experiment(ex.load_experiment(path), tmp_path / "out", progress=False)
     assert len(seen) == 1 and seen[0].ace.lac_alpha == 2.5 and seen[0].env.threshold == 0.5
     cell = result["cells"][0]
     assert cell["cell"] == "llm-lac" and len(cell["test"]["episodes"]) == 2 and cell["metrics"]["env_steps"] is None
@@ -238,7 +239,8 @@ kind = "llm_lac"
 name = "ACE"
 kind = "ace"
 """)
-    result = ex.run_experiment(ex.load_experiment(path), tmp_path / "out", progress=False, report=True)
+    result = ex.run_experiment(ex.load_experiment(path), tmp_path / "out", progress=False)
+    write_report(tmp_path / "out")
     lac, ace = result["cells"]
     assert lac["test_llm"]["calls"] > 0 and lac["metrics"]["llm_calls"] is None
     llm = ace["train"]["llm"]

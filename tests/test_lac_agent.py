@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("grid2op")
 from ace_hybrid.config import Config
-from ace_hybrid.evaluate import evaluate
+from ace_hybrid.grid.evaluation import evaluate
 from ace_hybrid.grid.catalog import ActionCatalog
 from ace_hybrid.grid.env import reset_episode
 from ace_hybrid.llm.backend import CandidateScores, LLMConfig, LLMError

@@ -19,10 +19,12 @@ from ace_hybrid.config import load_config
 from ace_hybrid.grid.catalog import ActionCatalog
 from ace_hybrid.grid.env import reset_episode
 from ace_hybrid.grid.rules import SafeRule
-from ace_hybrid.grid.text import GridLayout
+from ace_hybrid.grid.text import LineEndpoints
 from ace_hybrid.llm.actor import PolicyActor, rollout
 from ace_hybrid.llm.backend import CandidateScores, LLMError, new_stats
-from ace_hybrid.train import load_checkpoint_file, step_reward, train
+from ace_hybrid.grid.reward import step_reward
+from ace_hybrid.training.checkpoint import load_checkpoint_file
+from ace_hybrid.training.loop import train
 
 import tiny_settings  # noqa: E402 (tests/ is on sys.path: see conftest.py)
 
@@ -57,7 +59,7 @@ class ScriptedBackend:
 
 
 def _reward(cfg):
-    return lambda obs, blackout: step_reward(cfg, obs, blackout)
+    return lambda obs, blackout: step_reward(cfg.reward, obs, blackout)
 
 
 @pytest.fixture()
@@ -71,7 +73,7 @@ def setting(make_grid_env):
 
 def _actor(backend, catalog, env, cfg, **kw) -> PolicyActor:
     kw = {"threshold": 0.5, "candidates": 4, "max_rounds": 5, "validation_steps": 8, **kw}
-    return PolicyActor(backend, catalog, GridLayout.from_env(env), reward_fn=_reward(cfg), **kw)
+    return PolicyActor(backend, catalog, LineEndpoints.from_env(env), reward_fn=_reward(cfg), **kw)
 
 
 def test_rollout_on_a_snapshot_reproduces_the_real_environment(setting) -> None:
@@ -84,7 +86,7 @@ def test_rollout_on_a_snapshot_reproduces_the_real_environment(setting) -> None:
         total = 0.0
         for _ in range(5):
             real, _, done, info = env.step(env.action_space({}))
-            total += step_reward(cfg, real, bool(done and info.get("exception")))
+            total += step_reward(cfg.reward, real, bool(done and info.get("exception")))
         assert seg.steps == 5 and not seg.blackout
         assert seg.reward == pytest.approx(total, rel=1e-12)
         np.testing.assert_array_equal(seg.obs.rho, real.rho)
@@ -235,9 +237,11 @@ def test_ace_fills_the_llm_partition_fine_tunes_and_resumes_with_its_adapter(tin
 def test_the_budget_reserves_the_critic_share_and_paces_the_actor(tiny_lm, tmp_path) -> None:
     cfg = _ace(tiny_lm, 60, "ace.pace_budget=true", "ace.max_llm_calls=100", "ace.critic_share=0.2",
                "ace.coevolve=false")
-    from ace_hybrid.train import Run
+    from ace_hybrid.training.ace import attach_llm
+    from ace_hybrid.training.run import Run
 
     run = Run(cfg, tmp_path / "paced")
+    attach_llm(run)
     llm = run.llm
     llm.role_calls["actor"] = 8
     assert not llm.budget_left()  # at step 0 only 10% of the actor's 80 calls may be spent
@@ -248,4 +252,4 @@ def test_the_budget_reserves_the_critic_share_and_paces_the_actor(tiny_lm, tmp_p
     for _ in range(20):  # the critic's 20 are there whatever the actor did
         assert llm.may_call_critic()
     assert not llm.may_call_critic() and llm.role_calls["critic"] == 20 and llm.calls == 21
-    assert llm.may_probe() and llm.probe_calls == 1 and llm.calls == 21  # probes are counted apart
+    assert llm.count_probe_call() and llm.probe_calls == 1 and llm.calls == 21  # probes are counted apart

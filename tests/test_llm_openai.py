@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import math
-import pathlib
 import socket
 import time
 

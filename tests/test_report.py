@@ -50,7 +50,7 @@ name = "SAC-only"
 kind = "sac_only"
 """)
     out = base / "out"
-    ex.run_experiment(ex.load_experiment(path), out, progress=False, report=False)
+    ex.run_experiment(ex.load_experiment(path), out, progress=False)
     return out
 
 

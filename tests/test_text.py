@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ace_hybrid.grid.text import CHARS_PER_TOKEN, GridLayout, TrajectoryStep, describe_state, describe_trajectory
+from ace_hybrid.grid.text import CHARS_PER_TOKEN, LineEndpoints, TrajectoryStep, describe_state, describe_trajectory
 
-LAYOUT = GridLayout(n_sub=4, line_or_sub=np.array([0, 1, 2, 0]), line_ex_sub=np.array([1, 2, 3, 3]),
+LAYOUT = LineEndpoints(n_sub=4, line_or_sub=np.array([0, 1, 2, 0]), line_ex_sub=np.array([1, 2, 3, 3]),
                     overflow_allowed=3)
 
 

@@ -17,7 +17,8 @@ pytest.importorskip("grid2op")
 import torch
 
 from ace_hybrid.config import load_config
-from ace_hybrid.train import load_checkpoint_file, train
+from ace_hybrid.training.checkpoint import load_checkpoint_file
+from ace_hybrid.training.loop import train
 
 pytestmark = pytest.mark.grid2op
 
@@ -129,9 +130,9 @@ def test_damaged_checkpoint_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_topk_deployment_simulates_the_policys_candidates(tmp_path: Path) -> None:
-    from ace_hybrid.evaluate import evaluate
+    from ace_hybrid.grid.evaluation import evaluate
     from ace_hybrid.grid.env import make_env
-    from ace_hybrid.train import load_agent
+    from ace_hybrid.training.policy import load_agent
 
     train(tiny(100, "train.eval_every=0", "log.tensorboard=false"), tmp_path / "run")
     env = make_env("l2rpn_case14_sandbox", seed=0)

@@ -106,7 +106,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     import time
 
     from ace_hybrid.config import Config, describe_fields, load_config
-    from ace_hybrid.train import train
+    from ace_hybrid.training.loop import train
 
     if args.help_config:
         print("\n".join(describe_fields(Config())))
@@ -141,8 +141,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from ace_hybrid.evaluate import evaluate, parse_pairs
-    from ace_hybrid.grid.agents import make_agent
+    from ace_hybrid.agents import make_agent
+    from ace_hybrid.grid.evaluation import evaluate, parse_pairs
     from ace_hybrid.grid.env import make_env
 
     pairs = parse_pairs(args.episodes, args.seeds)
@@ -168,7 +168,11 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     rows = [r.strip() for r in args.rows.split(",") if r.strip()] if args.rows else None
     spec = load_experiment(args.config, args.overrides, rows=rows, seeds=args.seeds)
     out = args.out or Path("runs") / spec.name
-    result = run_experiment(spec, out, progress=not args.no_progress, report=not args.no_report)
+    result = run_experiment(spec, out, progress=not args.no_progress)
+    if not args.no_report:
+        from ace_hybrid.report import write_report
+
+        write_report(out)
     print(result["markdown"])
     print(f"\n{len(result['ran'])} cell(s) run, {len(result['reused'])} reused; written: {out}/results.json, "
           f"results.csv, results.md" + ("" if args.no_report else ", report.md"))

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import math
+import numbers
 import sys
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +22,13 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-from ace_hybrid.llm.backend import LLMConfig
-from ace_hybrid.sac import SACConfig
+
+
+HEADS = ("linear", "lowrank")
+"""Valid values of :attr:`SACConfig.head`."""
+
+BACKENDS = ("smollm2", "transformers", "openai", "none")
+"""Valid values of :attr:`LLMConfig.backend`."""
 
 
 def _check(cond: bool, name: str, value: Any, valid: str) -> None:
@@ -246,6 +253,221 @@ class ACEConfig:
         _check(self.finetune_every >= 1, "ace.finetune_every", self.finetune_every, "must be >= 1")
         _check(self.finetune_pairs >= 1, "ace.finetune_pairs", self.finetune_pairs, "must be >= 1")
         _check(0 <= self.probe_size <= 256, "ace.probe_size", self.probe_size, "must be in [0, 256]")
+
+
+@dataclass
+class SACConfig:
+    """Hyper-parameters of :class:`DiscreteSAC` (defaults sized for ~67k actions on a CPU)."""
+
+    hidden: tuple[int, ...] = (256, 256)
+    """Widths of the MLP trunk of each network (actor, Q1, Q2), at least one layer, each >= 1."""
+    head: str = "lowrank"
+    """Output head over the actions: "lowrank" (h(s) . e(a) + b(a), fast at 67k actions) or "linear"."""
+    embed_dim: int = 64
+    """Width of the low-rank head: dimension of h(s) and of the action embeddings e(a) (>= 1)."""
+    lr_actor: float = 3e-4
+    """Adam learning rate of the policy network (> 0)."""
+    lr_critic: float = 3e-4
+    """Adam learning rate of the twin Q networks (> 0)."""
+    lr_alpha: float = 3e-4
+    """Adam learning rate of log(alpha), the temperature (> 0)."""
+    gamma: float = 0.99
+    """Discount per decision (per stored transition), in [0, 1]: the agent decides only in danger states and a
+    transition spans every environment step until the next decision, so gamma applies once per transition."""
+    polyak: float = 0.995
+    """Target-network averaging after each update: target <- polyak * target + (1 - polyak) * online; [0, 1]."""
+    init_alpha: float = 0.2
+    """Initial temperature alpha (> 0); then tuned automatically towards the target entropy."""
+    target_entropy_ratio: float = 0.5
+    """Target entropy per state = ratio * log(number of legal actions), ratio in [0, 1] (see the module doc)."""
+    grad_clip: float = 10.0
+    """Maximum global L2 norm of each optimiser's gradient (actor, critics, alpha), > 0 (inf: no clipping)."""
+    batch_size: int = 256
+    """Transitions per update, as sampled by the training loop from the replay buffer (>= 1)."""
+    prior_action: int = 0
+    """Action given the initial probability prior_prob (ace_hybrid's catalogs: 0, do nothing); in [0, n)."""
+    prior_prob: float = 0.0
+    """Initial policy probability of prior_action, in [0, 1) (0: a uniform initial policy). On power grids most
+    random topology changes hurt, so starting from "mostly do nothing" keeps early episodes alive."""
+
+    def validate(self) -> None:
+        """Raises ValueError naming the first invalid field, its value and the valid range."""
+
+        def bad(name: str, valid: str) -> ValueError:
+            return ValueError(f"SACConfig.{name} = {getattr(self, name)!r} is invalid: expected {valid}")
+
+        hidden = self.hidden
+        if (not isinstance(hidden, (tuple, list)) or len(hidden) == 0
+                or any(isinstance(h, bool) or not isinstance(h, numbers.Integral) or h < 1 for h in hidden)):
+            raise bad("hidden", "a non-empty tuple of integers >= 1")
+        if self.head not in HEADS:
+            raise bad("head", f"one of {HEADS}")
+        for name in ("embed_dim", "batch_size"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
+                raise bad(name, "an integer in [1, inf)")
+        for name in ("lr_actor", "lr_critic", "lr_alpha", "init_alpha"):
+            v = getattr(self, name)
+            if not _is_real(v) or not (0.0 < v < math.inf):
+                raise bad(name, "a finite number in (0, inf)")
+        if isinstance(self.prior_action, bool) or not isinstance(self.prior_action, numbers.Integral) \
+                or self.prior_action < 0:
+            raise bad("prior_action", "an integer in [0, n_actions)")
+        if not _is_real(self.prior_prob) or not 0.0 <= self.prior_prob < 1.0:
+            raise bad("prior_prob", "a number in [0, 1)")
+        for name in ("gamma", "polyak", "target_entropy_ratio"):
+            v = getattr(self, name)
+            if not _is_real(v) or not (0.0 <= v <= 1.0):
+                raise bad(name, "a number in [0, 1]")
+        if not _is_real(self.grad_clip) or not self.grad_clip > 0.0:
+            raise bad("grad_clip", "a number in (0, inf]")
+
+
+def _is_real(v: Any) -> bool:
+    return not isinstance(v, bool) and isinstance(v, numbers.Real) and not math.isnan(v)
+
+
+
+@dataclass
+class LLMConfig:
+    """Which language model to use and how; :func:`ace_hybrid.llm.make_backend` builds it.
+
+    Call :meth:`validate` (``make_backend`` does) to get a ValueError naming a bad field, its value and
+    its valid range.
+    """
+
+    backend: str = "smollm2"
+    """"smollm2" (embedded default), "transformers" (local directory), "openai" (HTTP server) or "none"."""
+    model_path: str = ""
+    """Local causal-LM directory for the "transformers" backend (config, weights, tokenizer)."""
+    base_url: str = "http://127.0.0.1:8000/v1"
+    """Base URL of the OpenAI-compatible server ("openai" backend), ending in /v1."""
+    model: str = ""
+    """Model name the server knows ("openai" backend)."""
+    api_key_env: str = "OPENAI_API_KEY"
+    """Environment variable holding the API key; the key itself is never stored in the config or logged."""
+    timeout_s: float = 60.0
+    """Per-request timeout in seconds ("openai" backend)."""
+    max_retries: int = 3
+    """Retries after a timeout, connection error, HTTP 429 or 5xx ("openai"), with exponential backoff."""
+    retry_backoff_s: float = 0.5
+    """First retry delay in seconds; it doubles at each retry (capped at 30 s)."""
+    temperature: float = 0.0
+    """Sampling temperature for generate(); 0 means greedy decoding."""
+    top_p: float = 1.0
+    """Nucleus-sampling mass for generate() when temperature > 0."""
+    max_new_tokens: int = 256
+    """Default cap on generated tokens."""
+    seed: int = 0
+    """Seed of sampled generation and of fine-tuning's shuffling and LoRA initialisation."""
+    device: str = "cpu"
+    """Torch device of local backends ("cpu", "cuda", "cuda:1", "mps")."""
+    dtype: str = "float32"
+    """Torch dtype of local backends: "float32", "bfloat16", "float16" or "auto" (the checkpoint's)."""
+    score_batch_size: int = 16
+    """Candidates per batched forward when scoring (more candidates are scored in chunks)."""
+    share_prompt_cache: bool = True
+    """Score candidates on one shared prompt key/value cache (local backends); False runs prompt + candidate each."""
+    reduction: str = "sum"
+    """Default reduction of candidate token log-probs: "sum" (sequence log-prob) or "mean" (per token)."""
+    top_logprobs: int = 20
+    """How many top log-probabilities to request from a server for next-token reads (1..20)."""
+    openai_scoring: str = "auto"
+    """Candidate scoring through a server: "echo" (completions, echo=True), "choice" or "auto" (echo, else choice)."""
+    guided_choice: bool = False
+    """Pass generate(choices=...) to the server as vLLM's extra_body guided_choice (vLLM only)."""
+    lora_rank: int = 8
+    """LoRA rank r of a new adapter."""
+    lora_alpha: float = 16.0
+    """LoRA scaling numerator (the update is scaled by alpha / r)."""
+    lora_dropout: float = 0.0
+    """Dropout on the LoRA branch during fine-tuning."""
+    lora_target_modules: tuple[str, ...] = ()
+    """Module names LoRA wraps; empty means peft's default for the architecture (or ("all-linear",))."""
+    lora_lr: float = 1e-4
+    """AdamW learning rate of fine-tuning."""
+    lora_epochs: int = 1
+    """Passes over the pairs per finetune() call."""
+    lora_batch_size: int = 8
+    """Pairs per fine-tuning step."""
+    cache_dir: str = ""
+    """Cache root for the converted SmolLM2 model; empty means $ACE_HYBRID_CACHE or ~/.cache/ace_hybrid."""
+
+    def validate(self) -> LLMConfig:
+        """Check every field; return self.
+
+        Raises
+        ------
+        ValueError
+            Naming the first bad field, its value and the valid range.
+        """
+
+        def bad(name: str, valid: str) -> ValueError:
+            return ValueError(f"LLMConfig.{name} = {getattr(self, name)!r} is invalid; valid: {valid}")
+
+        def check_range(name: str, lo: float, hi: float, *, lo_open: bool = False) -> None:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise bad(name, f"a finite number in {'(' if lo_open else '['}{lo}, {hi}]")
+            if value > hi or value < lo or (lo_open and value == lo):
+                raise bad(name, f"{'(' if lo_open else '['}{lo}, {hi}]")
+
+        def check_int(name: str, lo: int, hi: int) -> None:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+                raise bad(name, f"an integer in [{lo}, {hi}]")
+
+        if self.backend not in BACKENDS:
+            raise bad("backend", " | ".join(repr(b) for b in BACKENDS))
+        if self.backend == "transformers" and not self.model_path:
+            raise bad("model_path", "a local model directory (required by backend='transformers')")
+        if self.backend == "openai":
+            if not self.base_url.startswith(("http://", "https://")):
+                raise bad("base_url", "an http:// or https:// URL (required by backend='openai')")
+            if not self.model:
+                raise bad("model", "the server's model name (required by backend='openai')")
+        if not self.api_key_env or not self.api_key_env.replace("_", "").isalnum():
+            raise bad("api_key_env", "an environment variable name ([A-Za-z0-9_]+)")
+        check_range("timeout_s", 0.0, 86400.0, lo_open=True)
+        check_int("max_retries", 0, 100)
+        check_range("retry_backoff_s", 0.0, 60.0)
+        check_range("temperature", 0.0, 10.0)
+        check_range("top_p", 0.0, 1.0, lo_open=True)
+        check_int("max_new_tokens", 1, 1_000_000)
+        check_int("seed", 0, 2**63 - 1)
+        if self.dtype not in ("float32", "bfloat16", "float16", "auto"):
+            raise bad("dtype", "'float32' | 'bfloat16' | 'float16' | 'auto'")
+        if not self.device:
+            raise bad("device", "a torch device string such as 'cpu' or 'cuda:0'")
+        check_int("score_batch_size", 1, 65536)
+        if not isinstance(self.share_prompt_cache, bool):
+            raise bad("share_prompt_cache", "True | False")
+        if not isinstance(self.guided_choice, bool):
+            raise bad("guided_choice", "True | False")
+        if self.reduction not in ("sum", "mean"):
+            raise bad("reduction", "'sum' | 'mean'")
+        check_int("top_logprobs", 1, 20)
+        if self.openai_scoring not in ("auto", "echo", "choice"):
+            raise bad("openai_scoring", "'auto' | 'echo' | 'choice'")
+        check_int("lora_rank", 1, 4096)
+        check_range("lora_alpha", 0.0, 1e6, lo_open=True)
+        check_range("lora_dropout", 0.0, 0.99)
+        if not all(isinstance(m, str) and m for m in self.lora_target_modules):
+            raise bad("lora_target_modules", "a tuple of non-empty module names (or empty for peft's default)")
+        check_range("lora_lr", 0.0, 1.0, lo_open=True)
+        check_int("lora_epochs", 1, 10_000)
+        check_int("lora_batch_size", 1, 65536)
+        return self
+
+    def replace(self, **changes: Any) -> LLMConfig:
+        """A validated copy with some fields changed (unknown names raise ValueError)."""
+        names = {f.name for f in fields(self)}
+        unknown = sorted(set(changes) - names)
+        if unknown:
+            raise ValueError(f"LLMConfig has no field(s) {unknown}; valid: {sorted(names)}")
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values.update(changes)
+        return LLMConfig(**values).validate()
 
 
 @dataclass

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import importlib
 import io
 import json
 import os
@@ -51,7 +50,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ace_hybrid.agents import make_agent
 from ace_hybrid.config import Config, load_config, read_toml
+from ace_hybrid.files import atomic_write_json
+from ace_hybrid.grid.evaluation import evaluate
 
 BASELINE_KINDS: tuple[str, ...] = ("donothing", "reco", "greedy", "llm_lac")
 """Rows that only test a fixed agent."""
@@ -280,14 +282,6 @@ def fingerprint(spec: ExperimentSpec, row: RowSpec, cfg: Config) -> str:
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _write_json(path: Path, data: Any) -> None:
-    """Atomically: a half-written cell must never look finished."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str))  # str: odd types in backend statistics
-    os.replace(tmp, path)
-
-
 def _first_difference(a: Any, b: Any, prefix: str = "") -> str:
     if isinstance(a, dict) and isinstance(b, dict):
         for key in sorted(set(a) | set(b)):
@@ -296,25 +290,15 @@ def _first_difference(a: Any, b: Any, prefix: str = "") -> str:
     return f"{prefix.rstrip('.')}: {a!r} in the run, {b!r} now"
 
 
-def make_lac_agent(env: Any, cfg: Config) -> Any:
-    """The LLM-only LAC agent (imported on use: it loads a language model)."""
-    module = importlib.import_module("ace_hybrid.llm.lac_agent")
-    return module.make_lac_agent(env, cfg)
-
-
 def baseline_agent(kind: str, env: Any, cfg: Config, greedy_budget: int) -> Any:
     """The agent of a baseline row, under the configuration's danger threshold."""
-    from ace_hybrid.grid.agents import make_agent
-
-    if kind == "llm_lac":
-        return make_lac_agent(env, cfg)
-    spec = {"donothing": "do-nothing", "reco": "reco", "greedy": "greedy"}[kind]
-    return make_agent(spec, env, threshold=cfg.env.threshold, budget=greedy_budget)
+    spec = {"donothing": "do-nothing", "reco": "reco", "greedy": "greedy", "llm_lac": "lac"}[kind]
+    return make_agent(spec, env, budget=greedy_budget, cfg=cfg)
 
 
 def train_cell(cfg: Config, run_dir: Path) -> tuple[dict[str, Any], bool]:
     """Train (or resume) one run; returns its summary and whether it was resumed."""
-    from ace_hybrid.train import train
+    from ace_hybrid.training.loop import train  # torch: imported when a table trains
 
     if (run_dir / "checkpoint.pt").is_file():
         saved = json.loads((run_dir / "config.json").read_text())
@@ -334,21 +318,17 @@ def train_cell(cfg: Config, run_dir: Path) -> tuple[dict[str, Any], bool]:
 def run_cell(spec: ExperimentSpec, row: RowSpec, seed: int | None, cfg: Config, out: Path,
              test_env: Any) -> dict[str, Any]:
     """Train (training rows) and test one cell; returns the cell's record (see :func:`run_experiment`)."""
-    from ace_hybrid.evaluate import evaluate
-
     started = time.time()
     train_info: dict[str, Any] | None = None
     run_rel = None
     if row.trains:
-        from ace_hybrid.train import load_agent
-
         run_rel = f"runs/{cell_id(row, seed)}"
         summary, resumed = train_cell(cfg, out / run_rel)
         train_info = {k: summary.get(k) for k in ("env_steps", "decisions", "updates", "episodes", "best_survival",
                                                    "train_seconds", "time_split", "last_eval")}
         train_info["llm"] = dict(summary.get("llm") or {})
         train_info["resumed"] = resumed
-        agent = load_agent(out / run_rel / "best.pt", test_env)
+        agent = make_agent(f"checkpoint:{out / run_rel / 'best.pt'}", test_env, cfg=cfg)
     else:
         agent = baseline_agent(row.kind, test_env, cfg, spec.greedy_budget)
     report = evaluate(test_env, agent, spec.test_pairs, agent_name=row.name, max_steps=spec.test_max_steps or None,
@@ -450,9 +430,9 @@ def _setup(spec: ExperimentSpec, cells: list[dict[str, Any]]) -> str:
 # ----------------------------------------------------------------------------- the whole grid
 
 
-def run_experiment(spec: ExperimentSpec, out: str | Path, *, progress: bool = True,
-                   report: bool = True) -> dict[str, Any]:
-    """Run every cell not yet finished, then write results.json, results.csv, results.md (and report.md).
+def run_experiment(spec: ExperimentSpec, out: str | Path, *, progress: bool = True) -> dict[str, Any]:
+    """Run every cell not yet finished, then write results.json, results.csv and results.md (the figures and
+    ``report.md`` are :func:`ace_hybrid.report.write_report`'s, which reads results.json).
 
     Returns
     -------
@@ -492,7 +472,7 @@ def run_experiment(spec: ExperimentSpec, out: str | Path, *, progress: bool = Tr
                 if key not in envs:
                     envs[key] = _test_env(spec, cfg)
                 cell = run_cell(spec, row, seed, cfg, out, envs[key])
-                _write_json(path, cell)
+                atomic_write_json(path, cell)
                 ran.append(name)
             cells.append(cell)
             bar.update(1)
@@ -508,14 +488,10 @@ def run_experiment(spec: ExperimentSpec, out: str | Path, *, progress: bool = Tr
                "test_max_steps": spec.test_max_steps, "setup": setup,
                "machine": _machine(),
                "rows": rows, "cells": cells}
-    _write_json(out / "results.json", results)
+    atomic_write_json(out / "results.json", results)
     (out / "results.csv").write_text(to_csv(rows))
     title = f"# {spec.name}\n\n" + (f"{spec.description}\n\n" if spec.description else "")
     (out / "results.md").write_text(title + setup + "\n\n" + markdown + "\n")
-    if report:
-        from ace_hybrid.report import write_report
-
-        write_report(out)
     return {"rows": rows, "cells": cells, "ran": ran, "reused": reused, "markdown": markdown, "out": str(out)}
 
 

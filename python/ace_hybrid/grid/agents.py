@@ -128,21 +128,3 @@ class GreedyExpertAgent(RuleAgent):
             if rho < best_rho:
                 best_index, best_rho = int(index), rho
         return self.catalog.action(best_index)
-
-
-def make_agent(spec: str, env: Any, *, threshold: float = 0.9, budget: int = 30, topk: int | None = None) -> RuleAgent:
-    """An agent from its command-line name: ``do-nothing``, ``reco``, ``greedy`` or ``checkpoint:PATH``
-    (``topk`` overrides a checkpoint's top-k simulation check)."""
-    if spec == "do-nothing":
-        return DoNothingAgent(env.action_space, threshold)
-    if spec == "reco":
-        return RecoPowerlineAgent(env.action_space, threshold)
-    if spec == "greedy":
-        from ace_hybrid.grid.catalog import ActionCatalog
-
-        return GreedyExpertAgent(env.action_space, ActionCatalog.for_env(env), budget=budget, threshold=threshold)
-    if spec.startswith("checkpoint:"):
-        from ace_hybrid.train import load_agent
-
-        return load_agent(spec.split(":", 1)[1], env, topk)
-    raise ValueError(f"unknown agent {spec!r}; valid: do-nothing, reco, greedy, checkpoint:PATH")

@@ -16,8 +16,6 @@ The catalog's arrays are cached on disk, keyed by a signature of the grid's layo
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +23,9 @@ import numpy as np
 import numpy.typing as npt
 
 from ace_hybrid import _core
+from ace_hybrid.files import atomic_write, cache_root
 from ace_hybrid.masking import LegalityMasker
-from ace_hybrid.topology import BusAssignmentSpace, bus_assignments, grid_layout
+from ace_hybrid.topology import bus_assignments, grid_layout
 
 DO_NOTHING, RECONNECT, DISCONNECT, BUS_ASSIGNMENT = 0, 1, 2, 3
 KIND_NAMES = ("do nothing", "reconnect line", "disconnect line", "bus assignment")
@@ -115,8 +114,7 @@ class ActionCatalog:
         if cache_dir is None:
             return self._build_arrays()
         if cache_dir == "default":
-            base = Path(os.environ.get("ACE_HYBRID_CACHE", Path.home() / ".cache" / "ace_hybrid"))
-            cache_dir = base / "catalogs"
+            cache_dir = cache_root() / "catalogs"
         path = Path(cache_dir) / f"catalog-{self.signature}.npz"
         try:
             with np.load(path) as data:
@@ -126,10 +124,7 @@ class ActionCatalog:
         except (OSError, KeyError, ValueError):
             pass  # missing or unreadable: rebuild
         arrays = self._build_arrays()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".npz", delete=False) as tmp:
-            np.savez(tmp, **arrays)
-        os.replace(tmp.name, path)  # atomic: readers never see half a file
+        atomic_write(path, lambda f: np.savez(f, **arrays))  # readers never see half a file
         return arrays
 
     # ------------------------------------------------------------------ index <-> grid2op action

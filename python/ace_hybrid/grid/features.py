@@ -162,3 +162,32 @@ class RunningNormalizer:
         self.clip, self.eps, self.count = float(state["clip"]), float(state["eps"]), int(state["count"])
         self.mean = np.asarray(state["mean"], dtype=np.float64).copy()
         self._m2 = np.asarray(state["m2"], dtype=np.float64).copy()
+
+
+class MaskFromFeatures:
+    """Rebuilds legal masks from stored raw feature vectors (their line status and cooldown blocks), so the replay
+    need not store a mask over the whole catalog per transition.
+
+    Parameters
+    ----------
+    features
+        The :class:`ObservationFeatures` that made the vectors.
+    catalog
+        The :class:`~ace_hybrid.grid.catalog.ActionCatalog` whose legality masker builds the masks.
+    """
+
+    def __init__(self, features: ObservationFeatures, catalog: Any) -> None:
+        offsets, start = {}, 0
+        for name, length in features.blocks:
+            offsets[name] = slice(start, start + length)
+            start += length
+        self.status, self.cooldown_line, self.cooldown_sub = (
+            offsets["line_status"], offsets["cooldown_line"], offsets["cooldown_sub"])
+        self.catalog = catalog
+
+    def __call__(self, raw: np.ndarray) -> np.ndarray:
+        """(B, D) raw features -> (B, n_actions) bool legal masks."""
+        status = raw[:, self.status] > 0.5
+        cdl = (raw[:, self.cooldown_line] > 0).astype(np.int64)
+        cds = (raw[:, self.cooldown_sub] > 0).astype(np.int64)
+        return self.catalog.masker.mask_batch(status, cdl, cds)

@@ -14,7 +14,8 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable
 
-from ace_hybrid.evaluate import EvaluationReport
+from ace_hybrid.grid.evaluation import EvaluationReport
+from ace_hybrid.files import cache_root
 
 #: grid2op's score class per environment (the competitions' own scores).
 SCORE_CLASSES: dict[str, str] = {
@@ -27,9 +28,6 @@ SCORE_CLASSES: dict[str, str] = {
 }
 
 
-def cache_dir() -> Path:
-    """Where writable copies live: ``$ACE_HYBRID_CACHE`` or ``~/.cache/ace_hybrid``."""
-    return Path(os.environ.get("ACE_HYBRID_CACHE", Path.home() / ".cache" / "ace_hybrid"))
 
 
 def scenario_copy(env: Any, scenario: int) -> Path:
@@ -39,7 +37,7 @@ def scenario_copy(env: Any, scenario: int) -> Path:
     if not 0 <= scenario < len(chronics):
         raise IndexError(f"scenario {scenario} out of range [0, {len(chronics)})")
     chronic = Path(chronics[scenario])
-    target = cache_dir() / "score_envs" / source.name / chronic.name
+    target = cache_root() / "score_envs" / source.name / chronic.name
     if not (target / "chronics" / chronic.name).exists():
         tmp = target.with_name(target.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)

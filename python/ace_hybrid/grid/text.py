@@ -16,8 +16,9 @@ CHARS_PER_TOKEN = 4
 
 
 @dataclass(frozen=True)
-class GridLayout:
-    """The static facts about a grid the encoders need (names, endpoints, element positions)."""
+class LineEndpoints:
+    """The static facts about a grid the text encoders need: where each line starts and ends, and how long an
+    overload may last. (Not :class:`ace_hybrid._core.GridLayout`, the element positions the enumeration reads.)"""
 
     n_sub: int
     line_or_sub: np.ndarray
@@ -25,7 +26,7 @@ class GridLayout:
     overflow_allowed: int
 
     @classmethod
-    def from_env(cls, env: Any) -> "GridLayout":
+    def from_env(cls, env: Any) -> "LineEndpoints":
         return cls(
             n_sub=int(env.n_sub),
             line_or_sub=np.asarray(env.line_or_to_subid, dtype=np.int64),
@@ -37,7 +38,7 @@ class GridLayout:
         return f"line {line} (sub {self.line_or_sub[line]}-sub {self.line_ex_sub[line]})"
 
 
-def describe_state(obs: Any, layout: GridLayout, *, max_lines: int = 5, max_chars: int = 700) -> str:
+def describe_state(obs: Any, layout: LineEndpoints, *, max_lines: int = 5, max_chars: int = 700) -> str:
     """T_s: a short description of the grid's state.
 
     Lists the most loaded lines with rho in %, overloads and how long they have lasted, disconnected lines with
@@ -123,3 +124,7 @@ def _clip(text: str, max_chars: int) -> str:
     if max_chars < 16:
         raise ValueError(f"max_chars = {max_chars} out of range [16, inf)")
     return text if len(text) <= max_chars else text[: max_chars - 3].rstrip() + "..."
+
+
+GridLayout = LineEndpoints
+"""Deprecated name of :class:`LineEndpoints` (ace_hybrid 0.1); removed in 0.3."""

@@ -36,7 +36,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ace_hybrid.grid.rules import SafeRule, in_danger
-from ace_hybrid.grid.text import GridLayout, describe_state
+from ace_hybrid.grid.text import LineEndpoints, describe_state
 from ace_hybrid.llm.backend import LLMBackend, LLMError
 from ace_hybrid.llm.lac import LACRanker
 
@@ -166,7 +166,7 @@ class PolicyActor:
     backend : LLMBackend
     catalog : ActionCatalog
         Legal masks, action texts (T_a), the heuristic shortlist and grid2op actions.
-    layout : GridLayout
+    layout : LineEndpoints
         For the state text T_s.
     reward_fn : callable (obs, blackout) -> float
         The training reward of one environment step.
@@ -176,7 +176,7 @@ class PolicyActor:
         As in :class:`~ace_hybrid.config.ACEConfig`.
     """
 
-    def __init__(self, backend: LLMBackend, catalog: Any, layout: GridLayout, *,
+    def __init__(self, backend: LLMBackend, catalog: Any, layout: LineEndpoints, *,
                  reward_fn: Callable[[Any, bool], float], threshold: float, candidates: int = 8, max_rounds: int = 5,
                  validation_steps: int = 48, min_improvement: float = 0.0, ranker: str = "score",
                  lac_alpha: float = 1.0) -> None:

@@ -33,12 +33,13 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
-from pathlib import Path
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
+
+from ace_hybrid.config import BACKENDS, LLMConfig
+from ace_hybrid.files import cache_root as default_cache_root  # the 0.1 name, kept for one release
 
 __all__ = [
     "BACKENDS",
@@ -50,7 +51,12 @@ __all__ = [
     "LLMError",
     "Message",
     "Prompt",
+    "GenerateRequest",
+    "MAX_TOP_LOGPROBS",
     "as_messages",
+    "check_reduction",
+    "check_strings",
+    "generate_request",
     "default_cache_root",
     "new_stats",
 ]
@@ -61,8 +67,6 @@ Message = Mapping[str, str]
 Prompt = str | Sequence[Message]
 """A list of chat messages, or a string meaning one user message."""
 
-BACKENDS = ("smollm2", "transformers", "openai", "none")
-"""Valid values of :attr:`LLMConfig.backend`."""
 
 
 class LLMError(RuntimeError):
@@ -275,148 +279,54 @@ def as_messages(prompt: Prompt) -> list[dict[str, str]]:
     return messages
 
 
-def default_cache_root() -> Path:
-    """Where ace_hybrid writes caches: ``$ACE_HYBRID_CACHE`` or ``~/.cache/ace_hybrid``."""
-    return Path(os.environ.get("ACE_HYBRID_CACHE", Path.home() / ".cache" / "ace_hybrid"))
+# ----------------------------------------------------------------------------- one request path for every backend
+
+MAX_TOP_LOGPROBS = 20
+"""Most top log-probabilities per token any backend returns (OpenAI-compatible servers allow 20)."""
 
 
-@dataclass
-class LLMConfig:
-    """Which language model to use and how; :func:`ace_hybrid.llm.make_backend` builds it.
+class GenerateRequest(NamedTuple):
+    """A validated ``generate`` call with the configuration's defaults filled in."""
 
-    Call :meth:`validate` (``make_backend`` does) to get a ValueError naming a bad field, its value and
-    its valid range.
-    """
+    messages: list[dict[str, str]]
+    max_new_tokens: int
+    temperature: float
+    seed: int
+    top_logprobs: int
+    choices: list[str] | None
 
-    backend: str = "smollm2"
-    """"smollm2" (embedded default), "transformers" (local directory), "openai" (HTTP server) or "none"."""
-    model_path: str = ""
-    """Local causal-LM directory for the "transformers" backend (config, weights, tokenizer)."""
-    base_url: str = "http://127.0.0.1:8000/v1"
-    """Base URL of the OpenAI-compatible server ("openai" backend), ending in /v1."""
-    model: str = ""
-    """Model name the server knows ("openai" backend)."""
-    api_key_env: str = "OPENAI_API_KEY"
-    """Environment variable holding the API key; the key itself is never stored in the config or logged."""
-    timeout_s: float = 60.0
-    """Per-request timeout in seconds ("openai" backend)."""
-    max_retries: int = 3
-    """Retries after a timeout, connection error, HTTP 429 or 5xx ("openai"), with exponential backoff."""
-    retry_backoff_s: float = 0.5
-    """First retry delay in seconds; it doubles at each retry (capped at 30 s)."""
-    temperature: float = 0.0
-    """Sampling temperature for generate(); 0 means greedy decoding."""
-    top_p: float = 1.0
-    """Nucleus-sampling mass for generate() when temperature > 0."""
-    max_new_tokens: int = 256
-    """Default cap on generated tokens."""
-    seed: int = 0
-    """Seed of sampled generation and of fine-tuning's shuffling and LoRA initialisation."""
-    device: str = "cpu"
-    """Torch device of local backends ("cpu", "cuda", "cuda:1", "mps")."""
-    dtype: str = "float32"
-    """Torch dtype of local backends: "float32", "bfloat16", "float16" or "auto" (the checkpoint's)."""
-    score_batch_size: int = 16
-    """Candidates per batched forward when scoring (more candidates are scored in chunks)."""
-    share_prompt_cache: bool = True
-    """Score candidates on one shared prompt key/value cache (local backends); False runs prompt + candidate each."""
-    reduction: str = "sum"
-    """Default reduction of candidate token log-probs: "sum" (sequence log-prob) or "mean" (per token)."""
-    top_logprobs: int = 20
-    """How many top log-probabilities to request from a server for next-token reads (1..20)."""
-    openai_scoring: str = "auto"
-    """Candidate scoring through a server: "echo" (completions, echo=True), "choice" or "auto" (echo, else choice)."""
-    guided_choice: bool = False
-    """Pass generate(choices=...) to the server as vLLM's extra_body guided_choice (vLLM only)."""
-    lora_rank: int = 8
-    """LoRA rank r of a new adapter."""
-    lora_alpha: float = 16.0
-    """LoRA scaling numerator (the update is scaled by alpha / r)."""
-    lora_dropout: float = 0.0
-    """Dropout on the LoRA branch during fine-tuning."""
-    lora_target_modules: tuple[str, ...] = ()
-    """Module names LoRA wraps; empty means peft's default for the architecture (or ("all-linear",))."""
-    lora_lr: float = 1e-4
-    """AdamW learning rate of fine-tuning."""
-    lora_epochs: int = 1
-    """Passes over the pairs per finetune() call."""
-    lora_batch_size: int = 8
-    """Pairs per fine-tuning step."""
-    cache_dir: str = ""
-    """Cache root for the converted SmolLM2 model; empty means $ACE_HYBRID_CACHE or ~/.cache/ace_hybrid."""
 
-    def validate(self) -> LLMConfig:
-        """Check every field; return self.
+def generate_request(config: LLMConfig, prompt: Prompt, max_new_tokens: int | None, temperature: float | None,
+                     seed: int | None, top_logprobs: int, choices: Sequence[str] | None) -> GenerateRequest:
+    """Check a ``generate`` call's arguments (ValueError naming the value and its range) and fill in defaults."""
+    max_new = config.max_new_tokens if max_new_tokens is None else max_new_tokens
+    temp = config.temperature if temperature is None else temperature
+    if isinstance(max_new, bool) or not isinstance(max_new, int) or max_new < 1:
+        raise ValueError(f"max_new_tokens = {max_new!r} must be an integer >= 1")
+    if isinstance(temp, bool) or not isinstance(temp, (int, float)) or not math.isfinite(temp) or temp < 0:
+        raise ValueError(f"temperature = {temp!r} must be finite and >= 0")
+    if isinstance(top_logprobs, bool) or not isinstance(top_logprobs, int) \
+            or not 0 <= top_logprobs <= MAX_TOP_LOGPROBS:
+        raise ValueError(f"top_logprobs = {top_logprobs!r} out of range [0, {MAX_TOP_LOGPROBS}]")
+    return GenerateRequest(as_messages(prompt), max_new, float(temp), config.seed if seed is None else seed,
+                           top_logprobs, check_strings(choices, "choices") if choices is not None else None)
 
-        Raises
-        ------
-        ValueError
-            Naming the first bad field, its value and the valid range.
-        """
 
-        def bad(name: str, valid: str) -> ValueError:
-            return ValueError(f"LLMConfig.{name} = {getattr(self, name)!r} is invalid; valid: {valid}")
+def check_strings(items: Sequence[str], what: str) -> list[str]:
+    """``items`` as a list of non-empty strings, or ValueError naming ``what`` and the bad item."""
+    if isinstance(items, str):
+        raise ValueError(f"{what} = {items!r} must be a sequence of strings, not one string")
+    out = list(items)
+    if not out:
+        raise ValueError(f"{what} = [] is empty; give at least one")
+    for i, c in enumerate(out):
+        if not isinstance(c, str) or not c:
+            raise ValueError(f"{what}[{i}] = {c!r} must be a non-empty string")
+    return out
 
-        def check_range(name: str, lo: float, hi: float, *, lo_open: bool = False) -> None:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise bad(name, f"a finite number in {'(' if lo_open else '['}{lo}, {hi}]")
-            if value > hi or value < lo or (lo_open and value == lo):
-                raise bad(name, f"{'(' if lo_open else '['}{lo}, {hi}]")
 
-        def check_int(name: str, lo: int, hi: int) -> None:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-                raise bad(name, f"an integer in [{lo}, {hi}]")
-
-        if self.backend not in BACKENDS:
-            raise bad("backend", " | ".join(repr(b) for b in BACKENDS))
-        if self.backend == "transformers" and not self.model_path:
-            raise bad("model_path", "a local model directory (required by backend='transformers')")
-        if self.backend == "openai":
-            if not self.base_url.startswith(("http://", "https://")):
-                raise bad("base_url", "an http:// or https:// URL (required by backend='openai')")
-            if not self.model:
-                raise bad("model", "the server's model name (required by backend='openai')")
-        if not self.api_key_env or not self.api_key_env.replace("_", "").isalnum():
-            raise bad("api_key_env", "an environment variable name ([A-Za-z0-9_]+)")
-        check_range("timeout_s", 0.0, 86400.0, lo_open=True)
-        check_int("max_retries", 0, 100)
-        check_range("retry_backoff_s", 0.0, 60.0)
-        check_range("temperature", 0.0, 10.0)
-        check_range("top_p", 0.0, 1.0, lo_open=True)
-        check_int("max_new_tokens", 1, 1_000_000)
-        check_int("seed", 0, 2**63 - 1)
-        if self.dtype not in ("float32", "bfloat16", "float16", "auto"):
-            raise bad("dtype", "'float32' | 'bfloat16' | 'float16' | 'auto'")
-        if not self.device:
-            raise bad("device", "a torch device string such as 'cpu' or 'cuda:0'")
-        check_int("score_batch_size", 1, 65536)
-        if not isinstance(self.share_prompt_cache, bool):
-            raise bad("share_prompt_cache", "True | False")
-        if not isinstance(self.guided_choice, bool):
-            raise bad("guided_choice", "True | False")
-        if self.reduction not in ("sum", "mean"):
-            raise bad("reduction", "'sum' | 'mean'")
-        check_int("top_logprobs", 1, 20)
-        if self.openai_scoring not in ("auto", "echo", "choice"):
-            raise bad("openai_scoring", "'auto' | 'echo' | 'choice'")
-        check_int("lora_rank", 1, 4096)
-        check_range("lora_alpha", 0.0, 1e6, lo_open=True)
-        check_range("lora_dropout", 0.0, 0.99)
-        if not all(isinstance(m, str) and m for m in self.lora_target_modules):
-            raise bad("lora_target_modules", "a tuple of non-empty module names (or empty for peft's default)")
-        check_range("lora_lr", 0.0, 1.0, lo_open=True)
-        check_int("lora_epochs", 1, 10_000)
-        check_int("lora_batch_size", 1, 65536)
-        return self
-
-    def replace(self, **changes: Any) -> LLMConfig:
-        """A validated copy with some fields changed (unknown names raise ValueError)."""
-        names = {f.name for f in fields(self)}
-        unknown = sorted(set(changes) - names)
-        if unknown:
-            raise ValueError(f"LLMConfig has no field(s) {unknown}; valid: {sorted(names)}")
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
-        values.update(changes)
-        return LLMConfig(**values).validate()
+def check_reduction(reduction: str) -> str:
+    """``reduction`` if it is "sum" or "mean", else ValueError."""
+    if reduction not in ("sum", "mean"):
+        raise ValueError(f"reduction = {reduction!r} is invalid; valid: 'sum' | 'mean'")
+    return reduction

@@ -14,7 +14,7 @@ import time
 from typing import TYPE_CHECKING, Any, cast
 
 from ace_hybrid.grid.agents import RuleAgent
-from ace_hybrid.grid.text import GridLayout, describe_state
+from ace_hybrid.grid.text import LineEndpoints, describe_state
 from ace_hybrid.llm.backend import LLMBackend, LLMError
 from ace_hybrid.llm.lac import LACRanker
 
@@ -77,7 +77,7 @@ class LACAgent(RuleAgent):
         self.catalog = catalog
         self.candidates = candidates
         self.ranker = LACRanker(backend, alpha=alpha, reduction=reduction)
-        self.layout = GridLayout.from_env(env)
+        self.layout = LineEndpoints.from_env(env)
         self.llm_calls = 0
         self.llm_errors = 0
         self.llm_seconds = 0.0

@@ -48,6 +48,9 @@ from ace_hybrid.llm.backend import (
     LLMError,
     Prompt,
     as_messages,
+    check_reduction,
+    check_strings,
+    generate_request,
     new_stats,
 )
 
@@ -58,18 +61,6 @@ log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 _UNSUPPORTED_STATUS = (400, 404, 405, 422)
 _MAX_BACKOFF_S = 30.0
-
-
-def _check_strings(items: Sequence[str], what: str) -> list[str]:
-    if isinstance(items, str):
-        raise ValueError(f"{what} = {items!r} must be a sequence of strings, not one string")
-    out = list(items)
-    if not out:
-        raise ValueError(f"{what} = [] is empty; give at least one")
-    for i, c in enumerate(out):
-        if not isinstance(c, str) or not c:
-            raise ValueError(f"{what}[{i}] = {c!r} must be a non-empty string")
-    return out
 
 
 def _logsumexp(values: Sequence[float]) -> float:
@@ -234,17 +225,8 @@ class OpenAIBackend:
             :meth:`score_candidates` and the best is returned (``finish_reason`` "choice").
         """
         cfg = self.config
-        messages = as_messages(prompt)
-        max_new = cfg.max_new_tokens if max_new_tokens is None else max_new_tokens
-        temp = cfg.temperature if temperature is None else temperature
-        seed = cfg.seed if seed is None else seed
-        if isinstance(max_new, bool) or not isinstance(max_new, int) or max_new < 1:
-            raise ValueError(f"max_new_tokens = {max_new!r} must be an integer >= 1")
-        if not math.isfinite(temp) or temp < 0:
-            raise ValueError(f"temperature = {temp!r} must be finite and >= 0")
-        if not 0 <= top_logprobs <= 20:
-            raise ValueError(f"top_logprobs = {top_logprobs!r} out of range [0, 20]")
-        options = _check_strings(choices, "choices") if choices is not None else None
+        messages, max_new, temp, seed, top_logprobs, options = generate_request(
+            cfg, prompt, max_new_tokens, temperature, seed, top_logprobs, choices)
         if options is not None and not cfg.guided_choice:
             scores = self.score_candidates(prompt, options)
             pick = int(np.argmax(scores.logprobs))
@@ -284,7 +266,7 @@ class OpenAIBackend:
             no listed token gets the floor, the smallest listed log-probability.
         """
         messages = as_messages(prompt)
-        targets = _check_strings(tokens, "tokens")
+        targets = check_strings(tokens, "tokens")
         if len(set(targets)) != len(targets):
             raise ValueError(f"tokens = {targets!r} contain duplicates")
         kwargs = {"max_tokens": 1, "temperature": 0.0, "logprobs": True, "top_logprobs": self.config.top_logprobs,
@@ -315,10 +297,8 @@ class OpenAIBackend:
             (log P(answer = candidate's number); ``n_tokens`` all 1).
         """
         as_messages(prompt)
-        items = _check_strings(candidates, "candidates")
-        reduction = reduction or self.config.reduction
-        if reduction not in ("sum", "mean"):
-            raise ValueError(f"reduction = {reduction!r} is invalid; valid: 'sum' | 'mean'")
+        items = check_strings(candidates, "candidates")
+        reduction = check_reduction(reduction or self.config.reduction)
         if self._echo_supported is not False:
             try:
                 return self._score_echo(prompt, items, reduction)

@@ -42,6 +42,9 @@ from ace_hybrid.llm.backend import (
     LLMError,
     Prompt,
     as_messages,
+    check_reduction,
+    check_strings,
+    generate_request,
     new_stats,
 )
 
@@ -73,24 +76,6 @@ def _quiet_third_party() -> Iterator[None]:
         warnings.filterwarnings("ignore", message=r".*is_gradient_checkpointing.*", category=FutureWarning)
         warnings.filterwarnings("ignore", message=r".*is_activation_checkpointing.*", category=FutureWarning)
         yield
-
-
-def _check_candidates(candidates: Sequence[str], what: str = "candidates") -> list[str]:
-    if isinstance(candidates, str):
-        raise ValueError(f"{what} = {candidates!r} must be a sequence of strings, not one string")
-    items = list(candidates)
-    if not items:
-        raise ValueError(f"{what} = [] is empty; give at least one")
-    for i, c in enumerate(items):
-        if not isinstance(c, str) or not c:
-            raise ValueError(f"{what}[{i}] = {c!r} must be a non-empty string")
-    return items
-
-
-def _check_reduction(reduction: str) -> str:
-    if reduction not in ("sum", "mean"):
-        raise ValueError(f"reduction = {reduction!r} is invalid; valid: 'sum' | 'mean'")
-    return reduction
 
 
 class TransformersBackend:
@@ -266,8 +251,8 @@ class TransformersBackend:
             ``logprobs`` (n,) float64, ``n_tokens`` (n,) int64, method "teacher_forcing".
         """
         as_messages(prompt)
-        items = _check_candidates(candidates)
-        reduction = _check_reduction(reduction or self.config.reduction)
+        items = check_strings(candidates, "candidates")
+        reduction = check_reduction(reduction or self.config.reduction)
         with self._guard("score_candidates"), self._torch.inference_mode():
             prompt_ids = self.render(prompt)
             cand_ids = [self.encode(c) for c in items]
@@ -345,7 +330,7 @@ class TransformersBackend:
 
     def first_token_ids(self, tokens: Sequence[str]) -> list[int]:
         """Token id of the first token of each string (ValueError if two strings share it)."""
-        items = _check_candidates(tokens, "tokens")
+        items = check_strings(tokens, "tokens")
         encoded = [self.encode(t) for t in items]
         empty = [t for t, e in zip(items, encoded) if not e]
         if empty:
@@ -430,18 +415,10 @@ class TransformersBackend:
             ``softmax(score / temperature)``. ``finish_reason`` is then "choice".
         """
         cfg = self.config
-        max_new = cfg.max_new_tokens if max_new_tokens is None else max_new_tokens
-        temp = cfg.temperature if temperature is None else temperature
-        seed = cfg.seed if seed is None else seed
-        if isinstance(max_new, bool) or not isinstance(max_new, int) or max_new < 1:
-            raise ValueError(f"max_new_tokens = {max_new!r} must be an integer >= 1")
-        if not np.isfinite(temp) or temp < 0:
-            raise ValueError(f"temperature = {temp!r} must be finite and >= 0")
-        if not 0 <= top_logprobs <= 100:
-            raise ValueError(f"top_logprobs = {top_logprobs!r} out of range [0, 100]")
-        as_messages(prompt)
-        if choices is not None:
-            return self._generate_choice(prompt, _check_candidates(choices, "choices"), temp, seed)
+        _, max_new, temp, seed, top_logprobs, options = generate_request(
+            cfg, prompt, max_new_tokens, temperature, seed, top_logprobs, choices)
+        if options is not None:
+            return self._generate_choice(prompt, options, temp, seed)
         torch = self._torch
         from transformers import GenerationConfig
 

@@ -1,0 +1,69 @@
+"""``make_agent``: the one place agents are built, from the names the command line and experiment tables use.
+
+============================  ======================================================================
+name                          agent
+============================  ======================================================================
+``do-nothing`` (``donothing``)  does nothing in danger (:class:`~ace_hybrid.grid.agents.DoNothingAgent`)
+``reco``                      reconnects the best line (:class:`~ace_hybrid.grid.agents.RecoPowerlineAgent`)
+``greedy``                    simulates ``budget`` catalog actions (:class:`~ace_hybrid.grid.agents.GreedyExpertAgent`)
+``checkpoint:PATH``           a trained SAC or ACE policy (:func:`ace_hybrid.training.policy.load_agent`)
+``lac``                       the LLM-only LAC agent of ``cfg.llm`` (:mod:`ace_hybrid.llm.lac_agent`)
+============================  ======================================================================
+
+Every agent decides only in danger (max rho >= ``threshold``); a fixed safe rule acts otherwise.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from ace_hybrid.config import Config, LLMConfig
+from ace_hybrid.grid.agents import DoNothingAgent, GreedyExpertAgent, RecoPowerlineAgent, RuleAgent
+
+__all__ = ["AGENT_NAMES", "make_agent"]
+
+AGENT_NAMES = ("do-nothing", "reco", "greedy", "checkpoint:PATH", "lac")
+"""The names :func:`make_agent` accepts (``checkpoint:`` followed by a path)."""
+
+
+def make_agent(spec: str, env: Any, *, threshold: float | None = None, budget: int = 30, topk: int | None = None,
+               cfg: Config | None = None) -> RuleAgent:
+    """An agent acting in ``env`` from its name (see the module table).
+
+    Parameters
+    ----------
+    spec
+        One of :data:`AGENT_NAMES`.
+    env
+        The grid2op environment the agent acts in.
+    threshold
+        Danger threshold on max rho; None: ``cfg.env.threshold`` (0.9 by default).
+    budget
+        Simulations per decision of the greedy expert.
+    topk
+        A checkpoint's top-k simulation check (None: the run's own ``env.deploy_topk``).
+    cfg
+        The configuration the LAC agent takes its LLM from (default: the embedded model).
+    """
+    if threshold is None:
+        threshold = cfg.env.threshold if cfg is not None else 0.9
+    if spec in ("do-nothing", "donothing"):
+        return DoNothingAgent(env.action_space, threshold)
+    if spec == "reco":
+        return RecoPowerlineAgent(env.action_space, threshold)
+    if spec == "greedy":
+        from ace_hybrid.grid.catalog import ActionCatalog
+
+        return GreedyExpertAgent(env.action_space, ActionCatalog.for_env(env), budget=budget, threshold=threshold)
+    if spec.startswith("checkpoint:"):
+        from ace_hybrid.training.policy import load_agent
+
+        return load_agent(spec.split(":", 1)[1], env, topk)
+    if spec == "lac":
+        from ace_hybrid.llm.lac_agent import make_lac_agent
+
+        cfg = copy.deepcopy(cfg) if cfg is not None else Config(llm=LLMConfig(backend="smollm2"))
+        cfg.env.threshold = threshold
+        return make_lac_agent(env, cfg)
+    raise ValueError(f"unknown agent {spec!r}; valid: {', '.join(AGENT_NAMES)}")

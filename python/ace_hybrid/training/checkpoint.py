@@ -1,0 +1,92 @@
+"""Checkpoints of a run: save (atomically, with the replay file they name), load, and restore a :class:`Run`.
+
+A checkpoint is written after its replay file, by a temporary file, fsync and rename
+(:func:`ace_hybrid.files.atomic_write`), so ``checkpoint.pt`` always names a complete replay file. ``restore``
+continues from the last one: the episode that was running when the run stopped is not recoverable (Grid2Op's state
+is not saved), so the run starts the next training episode; everything stored up to the checkpoint is kept.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ace_hybrid.config import config_from_dict
+from ace_hybrid.files import atomic_write
+from ace_hybrid.replay import MixedReplayBuffer
+from ace_hybrid.training.ace import REFINEMENTS_LOG, attach_llm
+from ace_hybrid.training.metrics import truncate_jsonl
+from ace_hybrid.training.run import Counters, Run
+
+__all__ = ["CHECKPOINT_FORMAT", "load_checkpoint_file", "restore", "save_checkpoint"]
+
+CHECKPOINT_FORMAT = 1
+
+
+def save_checkpoint(run: Run, name: str = "checkpoint.pt") -> Path:
+    """Write the replay (its own atomic file) then the checkpoint that names it; drop older replay files."""
+    c = run.counters
+    # Named by what changes the replay (adds at decisions, priorities at updates): an unchanged replay is not rewritten.
+    replay_name = f"replay-{c.decisions:08d}-{c.updates:08d}.bin"
+    if not (run.dir / replay_name).exists():
+        run.replay.save(run.dir / replay_name)
+    state = {
+        "format": CHECKPOINT_FORMAT,
+        "config": run.cfg.to_dict(),
+        "sac": run.sac.state_dict(),
+        "normalizer": run.normalizer.state_dict(),
+        "counters": vars(c).copy(),
+        "torch_rng": torch.get_rng_state(),
+        "replay_file": replay_name,
+        "time_split": dict(run.time_split),
+        "llm": run.llm.state_dict() if run.llm is not None else None,
+    }
+    path = atomic_write(run.dir / name, lambda f: torch.save(state, f))
+    run.replay_files[name] = replay_name
+    for old in run.dir.glob("replay-*.bin"):
+        if old.name not in run.replay_files.values():
+            old.unlink(missing_ok=True)
+    return path
+
+
+def load_checkpoint_file(path: str | Path) -> dict[str, Any]:
+    """A checkpoint's contents, or a clear error for a missing, foreign or damaged file."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no checkpoint at {path}")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as exc:  # noqa: BLE001 - torch raises many kinds for a damaged file
+        raise ValueError(f"{path} is not a readable checkpoint: {exc}") from None
+    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError(f"{path} is not an ace_hybrid checkpoint of format {CHECKPOINT_FORMAT}")
+    return state
+
+
+def restore(run_dir: Path, total_env_steps: int | None = None) -> Run:
+    """Rebuild a :class:`Run` from ``run_dir/checkpoint.pt`` with its saved configuration (``total_env_steps`` may
+    change the budget)."""
+    state = load_checkpoint_file(run_dir / "checkpoint.pt")
+    saved = config_from_dict(state["config"])
+    if total_env_steps is not None:
+        if total_env_steps <= 0:
+            raise ValueError(f"train.total_env_steps = {total_env_steps} must be > 0")
+        saved.train.total_env_steps = int(total_env_steps)
+    run = Run(saved, run_dir)
+    attach_llm(run)
+    run.sac.load_state_dict(state["sac"])
+    run.normalizer.load_state_dict(state["normalizer"])
+    run.counters = Counters(**dict(state["counters"]))
+    torch.set_rng_state(state["torch_rng"])
+    run.time_split.update(state["time_split"])
+    if run.llm is not None and state.get("llm") is not None:
+        run.llm.load_state_dict(state["llm"])
+    run.replay = MixedReplayBuffer.load(run_dir / state["replay_file"])
+    run.replay_files["checkpoint.pt"] = state["replay_file"]
+    if (run_dir / "best.pt").exists():
+        run.replay_files["best.pt"] = load_checkpoint_file(run_dir / "best.pt")["replay_file"]
+    run.logger.truncate_after(run.counters.env_steps)
+    truncate_jsonl(run_dir / REFINEMENTS_LOG, run.counters.env_steps)
+    return run

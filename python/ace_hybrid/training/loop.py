@@ -1,0 +1,238 @@
+"""The training loop: act, store, refine and shape (the LLM), update, evaluate, log, save.
+
+The agent decides only in danger states (max rho >= ``env.threshold``); between decisions the safe rule steps the
+grid. One transition is stored per decision (a semi-MDP): its reward is accumulated over every environment step
+until the next decision (see :class:`~ace_hybrid.config.RewardConfig`), its next observation is the next decision's
+observation, and the discount applies per decision (gamma per transition, not gamma^k: the value counts decisions).
+
+With ``llm.backend`` other than "none" the run is ACE (:mod:`ace_hybrid.training.ace`): each decision keeps a
+snapshot of the environment, a completed bad transition goes to the LLM policy actor (its validated proposals fill
+the replay's LLM partition), the LLM value critic reshapes stored trajectories after episodes, and co-evolution
+fine-tunes the LLM's LoRA adapter (saved under ``adapters/``, named in the checkpoint).
+
+Run directory layout::
+
+    config.json          the full configuration of the run
+    checkpoint.pt        the latest checkpoint (networks, optimisers, normaliser, counters, generators)
+    replay-<d>-<u>.bin   the replay buffer the checkpoint refers to (after d decisions and u updates)
+    best.pt              the checkpoint with the best evaluation survival so far
+    metrics.jsonl        one JSON line per log interval and per evaluation
+    refinements.jsonl    one JSON line per bad transition the LLM actor refined (ACE runs)
+    events.*             TensorBoard event files
+    eval/                each evaluation's JSON and markdown
+    adapters/round-<k>/  the LoRA adapter after each co-evolution round (ACE runs)
+
+Checkpoints: :mod:`ace_hybrid.training.checkpoint`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ace_hybrid.config import Config
+from ace_hybrid.grid.env import reset_episode
+from ace_hybrid.grid.evaluation import EvaluationReport, evaluate
+from ace_hybrid.grid.rules import in_danger
+from ace_hybrid.training.ace import attach_llm
+from ace_hybrid.training.checkpoint import restore, save_checkpoint
+from ace_hybrid.training.policy import agent_of
+from ace_hybrid.training.run import Pending, Run
+
+__all__ = ["train"]
+
+
+def train(cfg: Config | None, run_dir: str | Path, *, resume: bool = False,
+          total_env_steps: int | None = None) -> dict[str, Any]:
+    """Train SAC (ACE when ``cfg.llm.backend`` is not "none") as ``cfg`` says; returns the final summary.
+
+    With ``resume``, the configuration saved in ``run_dir`` is used (``cfg`` is ignored) and ``total_env_steps``, if
+    given, extends or shortens the budget.
+    """
+    run = _open(cfg, Path(run_dir), resume, total_env_steps)
+    cfg = run.cfg
+    bar = _progress(run)
+    started = time.perf_counter()
+    try:
+        while run.counters.env_steps < cfg.train.total_env_steps:
+            train_episode(run, bar)
+    finally:
+        run.counters.train_seconds += time.perf_counter() - started
+        bar.close()
+        if run.llm is not None:
+            run.llm.close()
+    if not run.counters.eval_history or run.counters.eval_history[-1]["env_steps"] != run.counters.env_steps:
+        evaluate_and_keep_best(run)
+    save_checkpoint(run)
+    run.logger.close()
+    return summary(run)
+
+
+def _open(cfg: Config | None, run_dir: Path, resume: bool, total_env_steps: int | None) -> Run:
+    """A new run in ``run_dir``, or the one saved there (``resume``)."""
+    if resume:
+        return restore(run_dir, total_env_steps)
+    if cfg is None:
+        raise ValueError("a new run needs a configuration")
+    if (run_dir / "checkpoint.pt").exists():
+        raise FileExistsError(f"{run_dir} already holds a run: use --resume {run_dir} or another --run-dir")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
+    run = Run(cfg, run_dir)
+    attach_llm(run)
+    return run
+
+
+def train_episode(run: Run, bar: Any) -> None:
+    """One training episode: act, store, refine, update, shape at the end, and evaluate / log / save on schedule."""
+    cfg, c = run.cfg, run.counters
+    scenario = cfg.env.train_scenarios[c.episodes % len(cfg.env.train_scenarios)]
+    t0 = time.perf_counter()
+    obs = reset_episode(run.env, scenario, cfg.env.train_seed_start + c.episodes)
+    run.time_split["reset"] += time.perf_counter() - t0
+    episode, pending, steps = c.episodes, None, 0
+    c.episodes += 1
+    while c.env_steps < cfg.train.total_env_steps:
+        if in_danger(obs, cfg.env.threshold):
+            x = run.features(obs)
+            if pending is not None:
+                store(run, pending, x, done=False, truncated=False)
+            pending = decide(run, obs, x, episode, 0 if pending is None else pending.decision + 1)
+            grid_action = run.catalog.action(pending.action)
+            update(run)
+        else:
+            grid_action = run.safe_rule(obs)
+        t0 = time.perf_counter()
+        obs, _, done, info = run.env.step(grid_action)
+        run.time_split["env"] += time.perf_counter() - t0
+        c.env_steps += 1
+        steps += 1
+        bar.update(1)
+        blackout = bool(done and info.get("exception"))
+        if pending is not None:
+            pending.reward += run.step_reward(obs, blackout)
+        cut = cfg.env.max_episode_steps and steps >= cfg.env.max_episode_steps
+        if done or cut or c.env_steps >= cfg.train.total_env_steps:
+            if pending is not None:
+                store(run, pending, run.features(obs), done=blackout, truncated=not blackout)
+            if run.llm is not None:
+                _llm_hook(run, run.llm.after_episode, run)
+            bar.set_postfix(decisions=c.decisions, survived=steps, **_llm_postfix(run), refresh=False)
+            run.logger.write(c.env_steps, {"episode/steps": steps, "episode/blackout": float(blackout)})
+            on_schedule(run)
+            return
+        on_schedule(run)
+
+
+def decide(run: Run, obs: Any, x: np.ndarray, episode: int, decision: int) -> Pending:
+    """The policy's action in a danger state (sampled: SAC explores through its entropy)."""
+    run.normalizer.update(x)
+    action = run.sac.act(run.normalizer(x), run.catalog.legal_mask(obs))
+    run.counters.decisions += 1
+    snapshot = None
+    if run.llm is not None and run.llm.wants_snapshot():
+        t0 = time.perf_counter()
+        snapshot = run.env.copy()
+        run.time_split["llm"] += time.perf_counter() - t0
+    return Pending(obs=x, action=action, reward=0.0, episode=episode, decision=decision, grid_obs=obs,
+                   snapshot=snapshot)
+
+
+def store(run: Run, p: Pending, next_x: np.ndarray, *, done: bool, truncated: bool) -> None:
+    """One semi-MDP transition into the RL partition (raw features: normalised when sampled), then the LLM actor's
+    look at it (ACE runs)."""
+    run.replay.add_rl(p.obs, p.action, p.reward, next_x, done, truncated, p.episode, p.decision)
+    if run.llm is not None:
+        _llm_hook(run, run.llm.after_store, run, p)
+
+
+def _llm_hook(run: Run, hook: Any, *args: Any) -> None:
+    """Run an LLM hook, timing it as LLM time and logging what it reports."""
+    t0 = time.perf_counter()
+    metrics = hook(*args)
+    run.time_split["llm"] += time.perf_counter() - t0
+    if metrics:
+        run.logger.write(run.counters.env_steps, metrics)
+
+
+def _llm_postfix(run: Run) -> dict[str, Any]:
+    if run.llm is None:
+        return {}
+    m = run.llm.metrics()
+    return {"llm_calls": int(m["llm/calls"]), "accepted": int(m["llm/accepted"])}
+
+
+def update(run: Run) -> None:
+    """``updates_per_decision`` SAC updates on prioritised batches; priorities from the new TD errors."""
+    cfg = run.cfg
+    if cfg.train.updates_per_decision == 0 or len(run.replay) < cfg.train.learning_starts:
+        return
+    t0 = time.perf_counter()
+    for _ in range(cfg.train.updates_per_decision):
+        batch = run.replay.sample(cfg.sac.batch_size, is_exponent=cfg.replay.is_exponent)
+        result = run.sac.update(
+            run.normalizer(batch.obs), batch.action, batch.reward, run.normalizer(batch.next_obs), batch.done,
+            batch.weight, run.masks(batch.obs), run.masks(batch.next_obs))
+        run.replay.update_priorities(batch.index, np.abs(result.td_error) + cfg.replay.priority_eps)
+        run.counters.updates += 1
+    run.time_split["update"] += time.perf_counter() - t0
+    if run.counters.updates % 10 == 0:
+        run.logger.write(run.counters.env_steps, {f"sac/{k}": v for k, v in result.metrics.items()})
+
+
+def on_schedule(run: Run) -> None:
+    """Log, evaluate and checkpoint when their intervals come up."""
+    c, cfg = run.counters, run.cfg
+    if c.env_steps % cfg.log.log_every == 0:
+        run.logger.write(c.env_steps, {"train/decisions": c.decisions, "train/updates": c.updates,
+                                       "train/replay": len(run.replay), **{f"time/{k}": v for k, v in
+                                                                           run.time_split.items()}})
+    if cfg.train.eval_every and c.env_steps >= c.next_eval:
+        evaluate_and_keep_best(run)
+        c.next_eval += cfg.train.eval_every
+    if c.env_steps >= c.next_checkpoint:
+        save_checkpoint(run)
+        c.next_checkpoint += cfg.train.checkpoint_every
+
+
+def evaluate_and_keep_best(run: Run) -> EvaluationReport:
+    """Evaluate the deterministic policy on the held-out pairs; keep ``best.pt`` when survival improves."""
+    t0 = time.perf_counter()
+    cfg, c = run.cfg, run.counters
+    pairs = [(int(s), int(seed)) for s, seed in cfg.env.eval_pairs]
+    report = evaluate(run.eval_env, agent_of(run, run.eval_env), pairs, agent_name="sac",
+                      max_steps=cfg.env.eval_max_steps or None, progress=False)
+    totals = report.totals()
+    report.save(run.dir / "eval" / f"step-{c.env_steps:08d}")
+    c.eval_history.append({"env_steps": c.env_steps, **totals})
+    run.logger.write(c.env_steps, {"eval/survival_rate": totals["survival_rate"],
+                                   "eval/mean_reward": totals["mean_reward"]})
+    run.time_split["eval"] += time.perf_counter() - t0
+    if totals["survival_rate"] > c.best_survival:
+        c.best_survival = totals["survival_rate"]
+        save_checkpoint(run, name="best.pt")
+    return report
+
+
+def summary(run: Run) -> dict[str, Any]:
+    """What ``train`` returns: counters, the last evaluation, time split and (ACE) the LLM's totals."""
+    c = run.counters
+    last = c.eval_history[-1] if c.eval_history else {}
+    split = {**run.time_split, "safe_rule_simulate": run.safe_rule.simulate_seconds}
+    out = {"env_steps": c.env_steps, "decisions": c.decisions, "updates": c.updates, "episodes": c.episodes,
+           "best_survival": c.best_survival, "last_eval": last, "train_seconds": c.train_seconds,
+           "time_split": split, "run_dir": str(run.dir)}
+    if run.llm is not None:
+        out["llm"] = run.llm.summary()
+    return out
+
+
+def _progress(run: Run) -> Any:
+    from tqdm.auto import tqdm
+
+    return tqdm(total=run.cfg.train.total_env_steps, initial=run.counters.env_steps, unit="step",
+                desc=f"train {run.cfg.env.name}", disable=not run.cfg.log.progress, dynamic_ncols=True)
