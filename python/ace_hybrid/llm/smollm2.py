@@ -27,6 +27,7 @@ import uuid
 from pathlib import Path
 
 from ace_hybrid.config import LLMConfig
+from ace_hybrid.files import cache_root as default_cache_root
 from ace_hybrid.llm.backend import LLMError
 from ace_hybrid.llm.transformers_backend import TransformersBackend, _no_progress_bars, _replace_dir
 
@@ -74,7 +75,7 @@ def smollm2_cache_dir(cache_root: str | os.PathLike[str] | None = None) -> Path:
 
     ``cache_root`` defaults to ``$ACE_HYBRID_CACHE`` or ``~/.cache/ace_hybrid``.
     """
-    root = Path(cache_root) if cache_root else cache_root()
+    root = Path(cache_root) if cache_root else default_cache_root()
     return root / "models" / MODEL_DIR_NAME
 
 
