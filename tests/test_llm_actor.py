@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 from typing import Any
 
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -36,7 +37,8 @@ import llm_fixtures as fixtures  # noqa: E402 (tests/ is on sys.path: see confte
 
 
 class ScriptedBackend:
-    """Prefers candidates in a scripted order of texts (tests only); records every prompt."""
+    """Prefers candidates in a scripted order of texts (tests only); records every prompt. It answers the actor's
+    labelled prompt through next_token_logprobs, reading which text stands under each letter."""
 
     name = "scripted"
     supports_finetune = False
@@ -53,9 +55,19 @@ class ScriptedBackend:
         self.prompts.append(prompt)
         if self.fail:
             raise LLMError("server down", backend=self.name, kind="connection")
-        rank = {t: i for i, t in enumerate(self.preference)}
-        scores = np.array([-float(rank.get(c, 1000 + j)) for j, c in enumerate(candidates)])
+        scores = self._prefer(list(candidates))
         return CandidateScores(scores, np.ones(len(scores), dtype=np.int64), "teacher_forcing", reduction)
+
+    def next_token_logprobs(self, prompt: Any, tokens: Any) -> np.ndarray:
+        self.prompts.append(prompt)
+        if self.fail:
+            raise LLMError("server down", backend=self.name, kind="connection")
+        shown = dict(re.findall(r"^([A-Z])\. (.*) \(simulated", prompt[-1]["content"], flags=re.M))
+        return self._prefer([shown[label] for label in tokens])
+
+    def _prefer(self, texts: list[str]) -> np.ndarray:
+        rank = {t: i for i, t in enumerate(self.preference)}
+        return np.array([-float(rank.get(c, 1000 + j)) for j, c in enumerate(texts)])
 
 
 def _reward(cfg):
@@ -121,17 +133,19 @@ def test_failed_proposals_are_fed_back_until_a_better_one_is_accepted(setting) -
                            max_steps=8).reward
 
         backend = ScriptedBackend()
-        actor = _actor(backend, catalog, env, cfg, candidates=6, max_rounds=6)
+        actor = _actor(backend, catalog, env, cfg, candidates=6, max_rounds=6, min_improvement=1e-9)
         cands = actor.candidates(obs, None, cut)
         baseline = segment(cut)
         assert segment(0) > baseline  # doing nothing beats cutting the line, so some round must succeed
         backend.preference = [catalog.describe(i) for i in cands if i != 0] + [catalog.describe(0)]
+        tried = [i for i in cands if i != 0] + [0]
         ref = actor.refine(snapshot, obs, cut)
         assert ref.baseline.reward == pytest.approx(baseline, rel=1e-12)
-        assert ref.accepted and ref.rollout.reward > baseline
+        assert ref.accepted and ref.rollout.reward >= baseline + actor.min_improvement
         assert ref.improvement == pytest.approx(ref.rollout.reward - baseline)
-        assert ref.answer == catalog.describe(ref.action) and ref.prompt == backend.prompts[-1]
-        tried = [i for i in cands if i != 0] + [0]
+        assert ref.prompt == backend.prompts[-1]
+        assert f"{ref.answer}. {catalog.describe(ref.action)} (simulated" in ref.prompt[-1]["content"]
+        assert ref.tried == tried[: ref.rounds]
         assert ref.action == tried[ref.rounds - 1]
         for i in tried[: ref.rounds - 1]:  # every rejected proposal really was no better
             assert segment(i) <= baseline
@@ -140,6 +154,50 @@ def test_failed_proposals_are_fed_back_until_a_better_one_is_accepted(setting) -
         assert ref.calls == ref.rounds == len(backend.prompts)
         assert actor.stats.rounds == ref.rounds and actor.stats.accepted == 1
         assert actor.stats.first_choice_accepted == int(ref.rounds == 1)
+    finally:
+        snapshot.close()
+
+
+def test_an_improvement_below_the_margin_is_rejected(setting) -> None:
+    env, obs, catalog, cfg = setting
+    cut = 2 + 2 * int(np.argmax(obs.rho))
+    rule = SafeRule(env.action_space, threshold=0.5)
+    snapshot = env.copy()
+    try:
+        gain = (rollout(snapshot, catalog.action(0), safe_rule=rule, reward_fn=_reward(cfg), threshold=0.5,
+                        max_steps=8).reward
+                - rollout(snapshot, catalog.action(cut), safe_rule=rule, reward_fn=_reward(cfg), threshold=0.5,
+                          max_steps=8).reward)
+        assert gain > 0
+        for margin, accepted in [(gain * 1.01, False), (gain * 0.99, True)]:
+            actor = _actor(ScriptedBackend(), catalog, env, cfg, ranker="sim", min_improvement=margin)
+            ref = actor.refine(snapshot, obs, cut, shortlist=[0])
+            assert ref.accepted is accepted and ref.rounds == 1 and ref.calls == 0  # "sim" asks no LLM
+            if accepted:
+                assert ref.improvement >= margin
+    finally:
+        snapshot.close()
+
+
+@pytest.mark.parametrize("ranker", ["sim", "q", "random"])
+def test_baseline_rankers_choose_without_the_llm(setting, ranker) -> None:
+    env, obs, catalog, cfg = setting
+    snapshot = env.copy()
+    try:
+        backend = ScriptedBackend(fail=True)  # would raise if asked
+        actor = _actor(backend, catalog, env, cfg, ranker=ranker, candidates=6, min_improvement=1e6, max_rounds=2)
+        mask = catalog.legal_mask(obs)
+        q = np.where(mask, np.arange(len(catalog), dtype=np.float32), -np.inf)
+        cands = actor.candidates(obs, q, rl_action=0)
+        ref = actor.refine(snapshot, obs, 0, q_values=q, shortlist=cands)
+        assert ref.calls == 0 and not backend.prompts and ref.rounds == 2 and not ref.accepted
+        if ranker == "q":
+            assert ref.tried == sorted(cands, key=lambda i: -q[i])[:2]
+        if ranker == "sim":
+            from ace_hybrid.llm.rankers import simulate_effects
+
+            rho = [e.max_rho for e in simulate_effects(obs, [catalog.action(i) for i in cands])]
+            assert ref.tried[0] == cands[int(np.argmin(rho))]
     finally:
         snapshot.close()
 

@@ -30,6 +30,9 @@ HEADS = ("linear", "lowrank")
 BACKENDS = ("smollm2", "transformers", "openai", "none")
 """Valid values of :attr:`LLMConfig.backend`."""
 
+ACTOR_RANKERS = ("llm", "lac", "sim", "q", "random", "score")
+"""Valid values of :attr:`ACEConfig.ranker` ("score" is the 0.1 name of "llm")."""
+
 
 def _check(cond: bool, name: str, value: Any, valid: str) -> None:
     if not cond:
@@ -171,29 +174,35 @@ class ACEConfig:
     """ACE's LLM roles in the loop (arXiv 2506.02522): policy actor, value critic, co-evolution. They run only when
     ``llm.backend`` is not "none"; each can be switched off alone (the ablations).
 
-    Reward scale (see :class:`RewardConfig`): a transition that keeps the grid out of danger for k steps earns about
-    ``0.01 k``; one that ends in a blackout earns about -1. So ``r_bar = 0`` marks exactly the transitions that lost
-    the grid, ``r_bar = 0.3`` also those followed by renewed danger within ~25 steps, ``r_bar = -0.3`` only
-    blackouts that came quickly.
+    A transition is *bad*, and goes to the actor, when something really went wrong inside it: a line reached
+    ``bad_rho`` (an overload, 100% by default) at one of its steps, or the grid collapsed, or its reward is below
+    ``r_bar``. Reward scale (see :class:`RewardConfig`): a transition that keeps the grid out of danger for k steps
+    earns about ``0.01 k``; one that ends in a blackout earns about -1; so ``r_bar = 0`` adds nothing to the blackout
+    rule and ``r_bar = 0.3`` would add every transition followed by renewed danger within ~25 steps.
     """
 
     actor: bool = True
     """Policy actor f_LLM: re-propose actions for bad transitions (r < r_bar), validated in a simulator copy."""
-    r_bar: float = 0.05
-    """A completed transition with reward below r_bar is bad and goes to the actor (see the class note on scale)."""
+    r_bar: float = 0.0
+    """A completed transition with reward below r_bar is bad (see the class note on scale)."""
+    bad_rho: float = 1.0
+    """A completed transition in which some line's loading reached bad_rho is bad (1.0: an overload)."""
     candidates: int = 8
     """Legal candidates shown to the actor: half from the SAC critic's best Q-values, half from the greedy heuristic."""
     max_rounds: int = 5
     """Rounds of propose -> validate per bad transition; a failed attempt is put in the next round's prompt."""
-    ranker: str = "score"
-    """How the actor picks among candidates: by the log-probability of each candidate's text ("score") or by LAC,
-    prior x exp(lac_alpha Q_LLM) with Q_LLM from GOOD/BAD token logits ("lac")."""
+    ranker: str = "llm"
+    """How the actor picks among candidates (each shown with its simulated one-step effect): "llm" (the model answers
+    with a candidate's letter, read from the letters' log-probabilities), "lac" (prior x exp(lac_alpha Q_LLM), Q_LLM
+    from GOOD/BAD token logits), or the baselines "sim" (lowest simulated max loading), "q" (the SAC critic's best)
+    and "random". "score" (0.1) is read as "llm"."""
     lac_alpha: float = 1.0
     """Critic weight of LAC when ranker = "lac" and for the LLM-only agent."""
     validation_steps: int = 48
     """Longest simulated continuation (safe rule after the proposal, until the next danger state) in validation."""
-    min_improvement: float = 0.0
-    """A proposal is accepted when its simulated reward exceeds the RL action's by more than this."""
+    min_improvement: float = 0.01
+    """A proposal is accepted when its simulated reward exceeds the RL action's by at least this (0.01: about one more
+    step survived) and it does not end in a blackout the RL action avoided."""
     max_llm_calls: int = 400
     """Budget of LLM calls per run (actor + critic; co-evolution's probe calls are counted apart); 0: unlimited."""
     critic_share: float = 0.25
@@ -231,9 +240,10 @@ class ACEConfig:
 
     def validate(self) -> None:
         _check(-10.0 <= self.r_bar <= 10.0, "ace.r_bar", self.r_bar, "must be in [-10, 10]")
-        _check(2 <= self.candidates <= 64, "ace.candidates", self.candidates, "must be in [2, 64]")
+        _check(2 <= self.candidates <= 26, "ace.candidates", self.candidates, "must be in [2, 26] (one letter each)")
         _check(1 <= self.max_rounds <= 20, "ace.max_rounds", self.max_rounds, "must be in [1, 20]")
-        _check(self.ranker in ("score", "lac"), "ace.ranker", self.ranker, "must be 'score' or 'lac'")
+        _check(self.ranker in ACTOR_RANKERS, "ace.ranker", self.ranker, f"must be one of {ACTOR_RANKERS}")
+        _check(0.0 < self.bad_rho <= 5.0, "ace.bad_rho", self.bad_rho, "must be in (0, 5]")
         _check(0.0 <= self.lac_alpha <= 100.0, "ace.lac_alpha", self.lac_alpha, "must be in [0, 100]")
         _check(1 <= self.validation_steps <= 10_000, "ace.validation_steps", self.validation_steps,
                "must be in [1, 10000]")

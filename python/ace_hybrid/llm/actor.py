@@ -6,13 +6,17 @@ played) and:
 
 1. builds a shortlist of legal candidates: the SAC critic's best Q-values and the greedy heuristic's picks
    (:meth:`~ace_hybrid.grid.catalog.ActionCatalog.shortlist`), plus do nothing, without the RL action itself;
-2. asks the LLM to choose one. The prompt holds a domain prefix P_r, the state T_s, the RL action T_a with its
-   outcome, and every failed attempt so far. The LLM *scores* each candidate's text as its answer (or LAC ranks them),
-   so the proposal is always a legal candidate: nothing the model writes is ever executed;
+2. asks the ranker to choose one (:mod:`ace_hybrid.llm.rankers`, ``ace.ranker``). For the LLM the prompt holds a
+   domain prefix P_r, the state T_s, the RL action T_a with its outcome, every failed attempt so far, and each
+   candidate under a letter with its simulated one-step effect ("think twice": the LLM reads what the simulator
+   says); the LLM answers with a letter, read from the labels' next-token log-probabilities, so the proposal is
+   always a legal candidate and nothing the model writes is ever executed. The rankers "sim" (lowest simulated max
+   loading), "q" (the SAC critic) and "random" are the baselines it is measured against;
 3. validates the proposal in a copy of the snapshot: play it, then the safe rule until the next danger state, the end
    of the episode or ``validation_steps`` steps, summing the training reward. The RL action is replayed the same way
    (like for like: same simulator, same cap). The proposal is accepted if its reward r_hat beats the RL action's by
-   more than ``min_improvement``; otherwise it goes into the next round's prompt as a failed attempt, up to
+   at least ``min_improvement`` (0.01 by default: about one more step survived on the reward's scale) and it does not
+   end in a blackout the RL action avoided; otherwise it goes into the next round's prompt as a failed attempt, up to
    ``max_rounds`` rounds.
 
 An accepted proposal becomes the transition (s, a_hat, r_hat, s_hat', done_hat) of the LLM partition with I_v = 1 and
@@ -38,16 +42,9 @@ import numpy as np
 from ace_hybrid.grid.rules import SafeRule, in_danger
 from ace_hybrid.grid.text import LineEndpoints, describe_state
 from ace_hybrid.llm.backend import LLMBackend, LLMError
-from ace_hybrid.llm.lac import LACRanker
+from ace_hybrid.llm.rankers import LABELS, Ranker, labelled_prompt, simulate_effects
 
-__all__ = ["ActorStats", "PolicyActor", "Refinement", "Rollout", "actor_prompt", "rollout"]
-
-DOMAIN_PREFIX = (
-    "You are an expert power grid operator. Lines overheat when their loading (rho) passes 100% and are then "
-    "disconnected, which can cascade into a blackout. You can change which bus each element of a substation is "
-    "connected to, reconnect or disconnect a line, or do nothing. A good action brings every line well below 100% "
-    "and keeps the grid out of danger for as long as possible."
-)
+__all__ = ["ActorStats", "PolicyActor", "Refinement", "Rollout", "rollout"]
 
 
 class Rollout(NamedTuple):
@@ -95,18 +92,6 @@ def rollout(snapshot: Any, action: Any, *, safe_rule: SafeRule, reward_fn: Calla
         env.close()
 
 
-def actor_prompt(state_text: str, rl_action_text: str, rl_outcome: str, failed: Sequence[tuple[str, str]],
-                 candidate_texts: Sequence[str]) -> list[dict[str, str]]:
-    """The actor's chat prompt; each candidate's text is then scored as the assistant's answer."""
-    lines = [f"State: {state_text}", f"The operator played: {rl_action_text}. Outcome: {rl_outcome}."]
-    for text, outcome in failed:
-        lines.append(f"Also tried, not better: {text}. Outcome: {outcome}.")
-    lines.append("Choose a better action among:")
-    lines += [f"- {text}" for text in candidate_texts]
-    lines.append("Answer with the chosen action exactly as written.")
-    return [{"role": "system", "content": DOMAIN_PREFIX}, {"role": "user", "content": "\n".join(lines)}]
-
-
 def describe_outcome(r: Rollout) -> str:
     """A short text of a segment's outcome, for the prompt."""
     if r.blackout:
@@ -135,6 +120,8 @@ class Refinement:
     answer: str | None = None
     first_choice_accepted: bool = False
     error: str | None = None
+    tried: list[int] = field(default_factory=list)
+    """Candidates validated, in the order the ranker chose them."""
 
 
 @dataclass
@@ -174,23 +161,25 @@ class PolicyActor:
         Danger threshold (the end of a simulated segment).
     candidates, max_rounds, validation_steps, min_improvement, ranker, lac_alpha
         As in :class:`~ace_hybrid.config.ACEConfig`.
+    seed
+        Seed of the "random" ranker.
     """
 
-    def __init__(self, backend: LLMBackend, catalog: Any, layout: LineEndpoints, *,
+    def __init__(self, backend: LLMBackend | None, catalog: Any, layout: LineEndpoints, *,
                  reward_fn: Callable[[Any, bool], float], threshold: float, candidates: int = 8, max_rounds: int = 5,
-                 validation_steps: int = 48, min_improvement: float = 0.0, ranker: str = "score",
-                 lac_alpha: float = 1.0) -> None:
-        if candidates < 2:
-            raise ValueError(f"candidates = {candidates} out of range [2, 64]")
+                 validation_steps: int = 48, min_improvement: float = 0.01, ranker: str = "llm",
+                 lac_alpha: float = 1.0, seed: int = 0) -> None:
+        if not 2 <= candidates <= len(LABELS):
+            raise ValueError(f"candidates = {candidates} out of range [2, {len(LABELS)}]")
         if max_rounds < 1:
             raise ValueError(f"max_rounds = {max_rounds} out of range [1, 20]")
-        if ranker not in ("score", "lac"):
-            raise ValueError(f"ranker = {ranker!r} is invalid; valid: 'score' | 'lac'")
+        if not min_improvement >= 0:
+            raise ValueError(f"min_improvement = {min_improvement} out of range [0, inf)")
         self.backend, self.catalog, self.layout = backend, catalog, layout
+        self.ranker = Ranker(ranker, backend, lac_alpha=lac_alpha, seed=seed)
         self.reward_fn, self.threshold = reward_fn, float(threshold)
         self.n_candidates, self.max_rounds = int(candidates), int(max_rounds)
         self.validation_steps, self.min_improvement = int(validation_steps), float(min_improvement)
-        self.lac = LACRanker(backend, alpha=lac_alpha, reduction="mean") if ranker == "lac" else None
         self.stats = ActorStats()
         self._safe_rule: SafeRule | None = None
 
@@ -218,16 +207,6 @@ class PolicyActor:
             out.append(0)
         return out
 
-    def _rank(self, prompt: list[dict[str, str]], state_text: str, texts: list[str]) -> int:
-        """Index (into ``texts``) of the LLM's choice."""
-        if self.lac is not None:
-            return self.lac.best(state_text, texts)
-        scores = np.asarray(self.backend.score_candidates(prompt, texts, reduction="mean").logprobs, dtype=np.float64)
-        if scores.shape != (len(texts),) or not np.all(np.isfinite(scores)):
-            raise LLMError(f"candidate scores {scores!r} are not {len(texts)} finite numbers",
-                           backend=getattr(self.backend, "name", "?"), kind="malformed")
-        return int(np.argmax(scores))
-
     def _simulate(self, snapshot: Any, action_index: int) -> Rollout:
         if self._safe_rule is None:
             self._safe_rule = SafeRule(snapshot.action_space, threshold=self.threshold)
@@ -238,8 +217,16 @@ class PolicyActor:
         finally:
             self.stats.validate_seconds += time.perf_counter() - started
 
+    def better(self, outcome: Rollout, baseline: Rollout) -> bool:
+        """Whether a proposal's simulated segment beats the RL action's by the acceptance margin: reward higher by
+        at least ``min_improvement``, and no blackout where the RL action had none."""
+        if outcome.blackout and not baseline.blackout:
+            return False
+        return outcome.reward - baseline.reward >= max(self.min_improvement, 1e-12)
+
     def refine(self, snapshot: Any, obs: Any, rl_action: int, *, q_values: np.ndarray | None = None,
-               may_call: Callable[[], bool] = lambda: True, max_rounds: int | None = None) -> Refinement:
+               may_call: Callable[[], bool] = lambda: True, max_rounds: int | None = None,
+               shortlist: Sequence[int] | None = None) -> Refinement:
         """Think twice about ``rl_action`` played in ``obs`` (the observation of ``snapshot``).
 
         Parameters
@@ -252,26 +239,31 @@ class PolicyActor:
             Asked before every LLM call; False (budget spent) ends the refinement.
         max_rounds : int, optional
             Overrides the actor's rounds (1 measures the LLM's first choice alone).
+        shortlist : sequence of int, optional
+            The candidates to choose from (default: :meth:`candidates`); fixed problem sets pass theirs.
         """
         self.stats.bad_transitions += 1
         result = Refinement(rounds=0, calls=0, accepted=False)
-        candidates = self.candidates(obs, q_values, rl_action)
+        candidates = self.candidates(obs, q_values, rl_action) if shortlist is None else list(shortlist)
         if not candidates:
             return result
         baseline = self._simulate(snapshot, rl_action)
         result.baseline = baseline
         state_text = describe_state(obs, self.layout)
         rl_text, rl_outcome = self.catalog.describe(rl_action), describe_outcome(baseline)
+        effects = dict(zip(candidates, simulate_effects(obs, [self.catalog.action(i) for i in candidates])))
         failed: list[tuple[str, str]] = []
         rounds = self.max_rounds if max_rounds is None else max_rounds
-        while candidates and result.rounds < rounds and may_call():
+        uses_llm = self.ranker.uses_llm
+        while candidates and result.rounds < rounds and (not uses_llm or may_call()):
             texts = [self.catalog.describe(i) for i in candidates]
-            prompt = actor_prompt(state_text, rl_text, rl_outcome, failed, texts)
+            prompt = labelled_prompt(state_text, rl_text, rl_outcome, failed, texts, [effects[i] for i in candidates])
+            q = [float(q_values[i]) if q_values is not None else np.nan for i in candidates]
             started = time.perf_counter()
-            result.calls += 1
-            self.stats.calls += 1
+            result.calls += int(uses_llm)
+            self.stats.calls += int(uses_llm)
             try:
-                choice = self._rank(prompt, state_text, texts)
+                choice = self.ranker.choose(prompt, state_text, texts, [effects[i] for i in candidates], q)
             except LLMError as exc:
                 self.stats.errors += 1
                 self.stats.error_kinds[exc.kind] = self.stats.error_kinds.get(exc.kind, 0) + 1
@@ -283,10 +275,11 @@ class PolicyActor:
             self.stats.rounds += 1
             action = candidates.pop(choice)
             outcome = self._simulate(snapshot, action)
-            if outcome.reward > baseline.reward + self.min_improvement:
+            result.tried.append(action)
+            if self.better(outcome, baseline):
                 result.accepted, result.action, result.rollout = True, action, outcome
                 result.improvement = outcome.reward - baseline.reward
-                result.prompt, result.answer = prompt, texts[choice]
+                result.prompt, result.answer = prompt, LABELS[choice]
                 result.first_choice_accepted = result.rounds == 1
                 self.stats.accepted += 1
                 self.stats.first_choice_accepted += int(result.first_choice_accepted)

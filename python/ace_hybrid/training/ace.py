@@ -5,7 +5,7 @@ The roles themselves live in :mod:`ace_hybrid.llm` and take only the values they
 
 * :meth:`LLMInLoop.wants_snapshot` at each decision: whether to keep ``env.copy()`` of the state before the RL action
   (only while the actor is on and the call budget is not spent);
-* :meth:`LLMInLoop.after_store` after each stored transition: a bad one (reward < ``ace.r_bar``) goes to the actor (or,
+* :meth:`LLMInLoop.after_store` after each stored transition: a bad one (:func:`is_bad`) goes to the actor (or,
   first, to co-evolution's probe set); an accepted proposal goes to the LLM partition, and co-evolution fine-tunes when
   enough have been accepted;
 * :meth:`LLMInLoop.after_episode` after each training episode: the value critic, on its schedule.
@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from ace_hybrid.config import ACEConfig
 from ace_hybrid.grid.text import LineEndpoints
 from ace_hybrid.llm import make_backend
 from ace_hybrid.llm.actor import ActorStats, PolicyActor, Refinement
@@ -39,6 +40,12 @@ REFINEMENTS_LOG = "refinements.jsonl"
 """One line per transition the LLM actor looked at (ACE runs)."""
 
 log = logging.getLogger(__name__)
+
+
+def is_bad(p: Pending, ace: ACEConfig) -> bool:
+    """A transition that really went wrong: an overload (max rho >= ``ace.bad_rho``) or a blackout inside it, or a
+    reward below ``ace.r_bar`` (see :class:`~ace_hybrid.config.ACEConfig`)."""
+    return p.blackout or p.max_rho >= ace.bad_rho or p.reward < ace.r_bar
 
 
 def attach_llm(run: Run) -> None:
@@ -68,7 +75,7 @@ class LLMInLoop:
                 self.backend, run.catalog, LineEndpoints.from_env(run.env), reward_fn=run.step_reward,
                 threshold=cfg.env.threshold, candidates=ace.candidates, max_rounds=ace.max_rounds,
                 validation_steps=ace.validation_steps, min_improvement=ace.min_improvement, ranker=ace.ranker,
-                lac_alpha=ace.lac_alpha)
+                lac_alpha=ace.lac_alpha, seed=cfg.train.seed)
         self.critic = None
         if ace.critic:
             n_line = int(run.env.n_line)
@@ -133,7 +140,7 @@ class LLMInLoop:
             return None
         keep = False
         try:
-            if p.reward >= self.ace.r_bar or self.actor is None or not self.budget_left():
+            if not is_bad(p, self.ace) or self.actor is None or not self.budget_left():
                 return None
             started = time.perf_counter()
             x = run.normalizer(p.obs)
@@ -142,7 +149,12 @@ class LLMInLoop:
                 self.coevo.add_probe(ProbeProblem(snapshot, p.grid_obs, p.action, q))
                 keep = True
                 return None
-            ref = self.actor.refine(snapshot, p.grid_obs, p.action, q_values=q, may_call=self.may_call)
+            if self.actor.ranker.uses_llm:  # one call of the budget per round
+                ref = self.actor.refine(snapshot, p.grid_obs, p.action, q_values=q, may_call=self.may_call)
+            elif self.may_call():  # a ranker without the LLM: one unit of the budget per refinement bounds the work
+                ref = self.actor.refine(snapshot, p.grid_obs, p.action, q_values=q)
+            else:
+                return None
             self._log_refinement(run, p, ref)
             if ref.accepted:
                 r = ref.rollout
@@ -163,7 +175,8 @@ class LLMInLoop:
     def _log_refinement(self, run: Run, p: Pending, ref: Refinement) -> None:
         describe = run.catalog.describe
         line = {"env_steps": run.counters.env_steps, "episode": p.episode, "decision": p.decision,
-                "reward": p.reward, "rl_action": describe(p.action), "rounds": ref.rounds, "calls": ref.calls,
+                "reward": p.reward, "max_rho": p.max_rho, "blackout": p.blackout, "ranker": self.ace.ranker,
+                "rl_action": describe(p.action), "rounds": ref.rounds, "calls": ref.calls,
                 "accepted": ref.accepted, "error": ref.error,
                 "baseline_reward": ref.baseline.reward if ref.baseline is not None else None}
         if ref.accepted:

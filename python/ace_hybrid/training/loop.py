@@ -115,6 +115,8 @@ def train_episode(run: Run, bar: Any) -> None:
         blackout = bool(done and info.get("exception"))
         if pending is not None:
             pending.reward += run.step_reward(obs, blackout)
+            pending.max_rho = max(pending.max_rho, float(np.max(obs.rho)))
+            pending.blackout |= blackout
         cut = cfg.env.max_episode_steps and steps >= cfg.env.max_episode_steps
         if done or cut or c.env_steps >= cfg.train.total_env_steps:
             if pending is not None:

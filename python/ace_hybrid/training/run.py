@@ -54,6 +54,10 @@ class Pending:
     """The grid2op observation of the decision (for the LLM actor's prompt and shortlist)."""
     snapshot: Any = None
     """``env.copy()`` before the action, kept only while the LLM actor may refine this transition."""
+    max_rho: float = 0.0
+    """Largest line loading seen at the transition's steps (an overload when >= 1)."""
+    blackout: bool = False
+    """The grid collapsed during the transition."""
 
 
 class Run:
