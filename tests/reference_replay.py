@@ -61,7 +61,7 @@ class Item:
     done: bool
     truncated: bool
     episode: int
-    step: int
+    decision: int
     improvement: float = 0.0
     valid: bool = False
 
@@ -80,7 +80,7 @@ class ReferenceReplay:
     llm_items: dict = field(default_factory=dict)  # position -> Item
     rl_written: int = 0
     llm_written: int = 0
-    prev: tuple | None = None  # (episode, step, done, truncated)
+    prev: tuple | None = None  # (episode, decision, done, truncated)
 
     def __post_init__(self) -> None:
         self.rng = Xoshiro(self.seed)
@@ -101,7 +101,7 @@ class ReferenceReplay:
         self.rl_slots[pos % self.rl_capacity] = (pos, o.copy())
         self.rl_written += 1
 
-    def add_rl(self, obs, action, reward, next_obs, done, truncated, episode, step) -> int:
+    def add_rl(self, obs, action, reward, next_obs, done, truncated, episode, decision) -> int:
         obs = np.asarray(obs, np.float32)
         next_obs = np.asarray(next_obs, np.float32)
         p = np.float32(self.max_priority())
@@ -110,26 +110,26 @@ class ReferenceReplay:
             pe, ps, pd, pt = self.prev
             pending = self.rl_slots[(self.rl_written - 1) % self.rl_capacity][1]
             same_obs = pending.tobytes() == obs.tobytes()
-            cont = pe == episode and step == ps + 1 and not pd and not pt and same_obs
+            cont = pe == episode and decision == ps + 1 and not pd and not pt and same_obs
         if not cont:
             self._write_obs(obs)
         head = self.rl_written - 1
         r = float(np.float32(reward))
-        item = Item(obs, next_obs, action, r, r, bool(done), bool(truncated), episode, step)
+        item = Item(obs, next_obs, action, r, r, bool(done), bool(truncated), episode, decision)
         self.rl_items[head] = [item, p]
         self._write_obs(next_obs)
-        self.prev = (episode, step, bool(done), bool(truncated))
+        self.prev = (episode, decision, bool(done), bool(truncated))
         return head << 1
 
     def add_llm(
-        self, obs, action, reward, next_obs, done, truncated, episode, step, improvement, valid
+        self, obs, action, reward, next_obs, done, truncated, episode, decision, improvement, valid
     ) -> int:
         pos = self.llm_written
         self.llm_items.pop(pos - self.llm_capacity, None)
         r = float(np.float32(reward))
         self.llm_items[pos] = Item(
             np.asarray(obs, np.float32).copy(), np.asarray(next_obs, np.float32).copy(), action, r, r,
-            bool(done), bool(truncated), episode, step, float(np.float32(improvement)), bool(valid),
+            bool(done), bool(truncated), episode, decision, float(np.float32(improvement)), bool(valid),
         )
         self.llm_written += 1
         return (pos << 1) | 1

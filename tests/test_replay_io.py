@@ -55,7 +55,7 @@ def test_round_trip_restores_everything_exactly(tmp_path: pathlib.Path):
     # Write pointers and the episode continuation state too: the next adds behave identically.
     last = a.rl_columns()
     obs = a.get(last["index"][-1:]).next_obs[0]
-    args = (obs, 1, 0.5, obs + 1, False, False, int(last["episode"][-1]), int(last["step"][-1]) + 1)
+    args = (obs, 1, 0.5, obs + 1, False, False, int(last["episode"][-1]), int(last["decision"][-1]) + 1)
     assert a.add_rl(*args) == b.add_rl(*args)
     assert a.add_llm(obs, 1, 0.5, obs, False, False, 0, 0, 0.1, True) == b.add_llm(
         obs, 1, 0.5, obs, False, False, 0, 0, 0.1, True)
@@ -152,7 +152,7 @@ def _blocks(total: int, header: int) -> list[int]:
     """Block sizes in the order MixedReplay::save writes them (D = 1, capacities 3 and 1)."""
     fixed = [8, 4, 4] + [8] * 8 + [1, 1, 4, 4] + [8] * 4
     assert sum(fixed) == header
-    rl = [12, 3 * 24, 3, 8 * 4, 4 * 4]  # obs, scalar records (action, rewards, episode, step), flags, trees
+    rl = [12, 3 * 24, 3, 8 * 4, 4 * 4]  # obs, scalar records (action, rewards, episode, decision), flags, trees
     llm = [4, 4, 8, 4, 4, 4, 4, 4, 1, 8]
     sizes = fixed + rl + llm
     assert sum(sizes) == total

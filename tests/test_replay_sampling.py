@@ -27,13 +27,13 @@ ref = _load_reference()
 D = 3
 
 
-def add_episode(buf, episode: int, length: int, start_step: int = 0, rng=None, done_at_end=True):
-    """Adds one chained episode; observations encode (episode, step). Returns the handles."""
+def add_episode(buf, episode: int, length: int, start_decision: int = 0, rng=None, done_at_end=True):
+    """Adds one chained episode; observations encode (episode, decision). Returns the handles."""
     handles = []
-    for t in range(start_step, start_step + length):
+    for t in range(start_decision, start_decision + length):
         obs = np.array([episode, t, 0.5], np.float32)
         nxt = np.array([episode, t + 1, 0.5], np.float32)
-        done = done_at_end and t == start_step + length - 1
+        done = done_at_end and t == start_decision + length - 1
         handles.append(buf.add_rl(obs, t % 7, float(t), nxt, done, False, episode, t))
     return handles
 
@@ -253,21 +253,21 @@ def test_parity_with_the_numpy_reference(seed):
     cap, lcap = int(rng.integers(5, 60)), int(rng.integers(1, 20))
     buf = MixedReplayBuffer(4, cap, lcap, **kw)
     model = ref.ReferenceReplay(4, cap, lcap, **kw)
-    episode, step = 0, 0
+    episode, decision = 0, 0
     prev_next = rng.normal(size=4).astype(np.float32)
     for _ in range(150):
         kind = rng.random()
         if kind < 0.65:
             if rng.random() < 0.15:  # start another episode (sometimes reusing the same observation)
-                episode, step = episode + 1, 0
+                episode, decision = episode + 1, 0
                 if rng.random() < 0.5:
                     prev_next = rng.normal(size=4).astype(np.float32)
             obs = prev_next
             nxt = rng.normal(size=4).astype(np.float32)
             args = (obs, int(rng.integers(0, 9)), float(rng.normal()), nxt, bool(rng.random() < 0.1),
-                    bool(rng.random() < 0.05), episode, step)
+                    bool(rng.random() < 0.05), episode, decision)
             assert buf.add_rl(*args) == model.add_rl(*args)
-            prev_next, step = nxt, step + 1
+            prev_next, decision = nxt, decision + 1
         elif kind < 0.8:
             obs, nxt = rng.normal(size=(2, 4)).astype(np.float32)
             args = (obs, 3, float(rng.normal()), nxt, False, False, 99, int(rng.integers(0, 50)),

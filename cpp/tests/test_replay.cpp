@@ -18,18 +18,18 @@ constexpr std::size_t kD = 3;
 struct Out {
     explicit Out(std::size_t n)
         : obs(n * kD), next(n * kD), reward(n), weight(n), orig(n), imp(n), action(n), index(n), episode(n),
-          step(n), done(new bool[n]), trunc(new bool[n]), llm(new bool[n]), valid(new bool[n]) {}
+          decision(n), done(new bool[n]), trunc(new bool[n]), llm(new bool[n]), valid(new bool[n]) {}
     std::vector<float> obs, next, reward, weight, orig, imp;
-    std::vector<std::int64_t> action, index, episode, step;
+    std::vector<std::int64_t> action, index, episode, decision;
     std::unique_ptr<bool[]> done, trunc, llm, valid;
     BatchOut out() {
         return BatchOut{kD, obs.data(), action.data(), reward.data(), next.data(), done.get(), trunc.get(),
-                        weight.data(), index.data(), llm.get(), orig.data(), episode.data(), step.data(),
+                        weight.data(), index.data(), llm.get(), orig.data(), episode.data(), decision.data(),
                         imp.data(), valid.get()};
     }
 };
 
-// Adds one RL transition whose observations encode (episode, step).
+// Adds one RL transition whose observations encode (episode, decision).
 std::int64_t add(MixedReplay& r, std::int64_t ep, std::int64_t t, bool done = false, bool trunc = false) {
     const float obs[kD] = {static_cast<float>(ep), static_cast<float>(t), 0.f};
     const float nxt[kD] = {static_cast<float>(ep), static_cast<float>(t + 1), 0.f};
@@ -45,7 +45,7 @@ std::int64_t add(MixedReplay& r, std::int64_t ep, std::int64_t t, bool done = fa
     in.done = &done;
     in.truncated = &trunc;
     in.episode = &ep;
-    in.step = &t;
+    in.decision = &t;
     std::int64_t h = -1;
     r.add_rl(in, &h);
     return h;
@@ -85,9 +85,9 @@ ACE_TEST(replay_chains_observations_and_pairs_next_obs_across_wrap) {
     r.sample(64, 0.4, o.out());
     for (std::size_t i = 0; i < 64; ++i) {
         CHECK(o.obs[i * kD] == o.next[i * kD]);              // same episode
-        CHECK(o.obs[i * kD + 1] + 1 == o.next[i * kD + 1]);  // next step
-        CHECK(o.step[i] == static_cast<std::int64_t>(o.obs[i * kD + 1]));
-        CHECK(o.done[i] == (o.step[i] == 3));
+        CHECK(o.obs[i * kD + 1] + 1 == o.next[i * kD + 1]);  // next decision
+        CHECK(o.decision[i] == static_cast<std::int64_t>(o.obs[i * kD + 1]));
+        CHECK(o.done[i] == (o.decision[i] == 3));
     }
     std::size_t live = 0;
     for (auto h : handles) {

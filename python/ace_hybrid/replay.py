@@ -47,7 +47,9 @@ class ReplayBatch(NamedTuple):
         True for rows drawn from the LLM partition.
     original_reward : (B,) float32
         Reward as first stored, before any shaping.
-    episode, step : (B,) int64
+    episode : (B,) int64
+    decision : (B,) int64
+        Index of the agent's decision within its episode (one transition per decision).
     improvement : (B,) float32
         r_hat - r of LLM rows (0 for RL rows).
     valid : (B,) bool
@@ -65,7 +67,7 @@ class ReplayBatch(NamedTuple):
     from_llm: npt.NDArray[np.bool_]
     original_reward: npt.NDArray[np.float32]
     episode: npt.NDArray[np.int64]
-    step: npt.NDArray[np.int64]
+    decision: npt.NDArray[np.int64]
     improvement: npt.NDArray[np.float32]
     valid: npt.NDArray[np.bool_]
 
@@ -95,9 +97,9 @@ class MixedReplayBuffer(_core.MixedReplay):
     -----
     ``add_rl``, ``add_rl_batch``, ``add_llm``, ``add_llm_batch``, ``update_priorities`` and
     ``update_rewards`` are the compiled methods themselves (no Python layer: they are on the hot path); see
-    their docstrings. ``add_rl(obs, action, reward, next_obs, done, truncated, episode, step) -> int``
-    continues the stored episode when ``obs`` equals its stored next observation and ``step`` follows;
-    episode and step are stored as int32.
+    their docstrings. ``add_rl(obs, action, reward, next_obs, done, truncated, episode, decision) -> int``
+    continues the stored episode when ``obs`` equals its stored next observation and ``decision`` (the index of
+    the agent's decision within its episode) follows; episode and decision are stored as int32.
     """
 
     def __init__(
@@ -152,7 +154,7 @@ class MixedReplayBuffer(_core.MixedReplay):
         Returns
         -------
         dict
-            ``index``, ``episode``, ``step``, ``action``: (n,) int64; ``reward``, ``original_reward``: (n,)
+            ``index``, ``episode``, ``decision``, ``action``: (n,) int64; ``reward``, ``original_reward``: (n,)
             float32; ``done``, ``truncated``: (n,) bool.
         """
         return self._rl_columns()

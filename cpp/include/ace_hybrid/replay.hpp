@@ -15,16 +15,17 @@
 //
 //   A transition lives in the slot holding its observation (its "head") and its next observation is ALWAYS the
 //   observation in slot k+1 (mod C). add_rl continues the previous transition when it has the same episode,
-//   step == previous step + 1, the previous one was neither done nor truncated, and obs is bit-equal (memcmp) to
-//   the stored pending next observation: then the transition's fields go into the pending slot and only next_obs
-//   is written (one new slot). Otherwise obs goes to a fresh slot and next_obs to the one after (two new slots).
-//   Overwriting a slot kills the transition that lived there (its priority becomes 0). A live head at position p
-//   has its next observation at p + 1 < positions_written, which cannot have been overwritten while p is live, so
-//   no sampled transition is ever paired with a wrong or overwritten next observation. Memory: (1 + 1/L) slots
-//   per transition for episodes of length L; a slot costs 4 D bytes of observation plus 37.8 bytes (a 24-byte
-//   record of action 8, reward 4, original reward 4, episode 4, step 4; flags 1; sum-tree leaf 8 + 0.53 internal;
-//   priority 4 + 0.27 max-tree internal). Episode ids and step indices are stored as int32 and must lie in
-//   [0, 2^31 - 1].
+//   decision == previous decision + 1, the previous one was neither done nor truncated, and obs is bit-equal
+//   (memcmp) to the stored pending next observation: then the transition's fields go into the pending slot and only
+//   next_obs is written (one new slot). Otherwise obs goes to a fresh slot and next_obs to the one after (two new
+//   slots). Overwriting a slot kills the transition that lived there (its priority becomes 0). A live head at
+//   position p has its next observation at p + 1 < positions_written, which cannot have been overwritten while p
+//   is live, so no sampled transition is ever paired with a wrong or overwritten next observation. Memory:
+//   (1 + 1/L) slots per transition for episodes of length L; a slot costs 4 D bytes of observation plus 37.8 bytes
+//   (a 24-byte record of action 8, reward 4, original reward 4, episode 4, decision 4; flags 1; sum-tree leaf 8 +
+//   0.53 internal; priority 4 + 0.27 max-tree internal). "decision" is the index of the agent's decision within
+//   its episode (the training loop stores one transition per decision, not per environment step). Episode ids and
+//   decision indices are stored as int32 and must lie in [0, 2^31 - 1].
 //
 // LLM partition: a plain ring with its own next_obs column (refined transitions arrive out of order), the
 //   improvement r_hat - r (float32) and the validation flag I_v. Its sampling weight is
@@ -90,7 +91,7 @@ constexpr std::uint64_t kMaxObsDim = 1ULL << 24;
 constexpr std::uint64_t kMaxCapacity = 1ULL << 40;
 constexpr std::uint64_t kMaxObsBytes = 1ULL << 40;  // 4 * obs_dim * (rl_capacity + 2 * llm_capacity)
 constexpr std::uint64_t kMaxBatch = 1ULL << 20;
-constexpr std::int64_t kMaxEpisodeOrStep = std::numeric_limits<std::int32_t>::max();
+constexpr std::int64_t kMaxEpisodeOrDecision = std::numeric_limits<std::int32_t>::max();
 constexpr double kExponentClip = 60.0;
 
 inline void validate_config(const ReplayConfig& c) {
@@ -142,7 +143,7 @@ struct TransitionsIn {
     const bool* done = nullptr;
     const bool* truncated = nullptr;
     const std::int64_t* episode = nullptr;
-    const std::int64_t* step = nullptr;
+    const std::int64_t* decision = nullptr;
     const float* improvement = nullptr;
     const bool* valid = nullptr;
 };
@@ -161,14 +162,14 @@ struct BatchOut {
     bool* from_llm;
     float* original_reward;
     std::int64_t* episode;
-    std::int64_t* step;
+    std::int64_t* decision;
     float* improvement;
     bool* valid;
 };
 
 // Live RL transitions in write order (oldest first), for the LLM critic to group trajectories.
 struct RlColumns {
-    std::vector<std::int64_t> index, episode, step, action;
+    std::vector<std::int64_t> index, episode, decision, action;
     std::vector<float> reward, original_reward;
     std::vector<bool> done, truncated;
 };
@@ -186,7 +187,7 @@ public:
 
     // ---- adding ---------------------------------------------------------------------------------------------
     // Adds in.n RL transitions in order, writing their handles to handles_out[0..n). Validates every input first
-    // (finite observations and rewards, episode/step in [0, 2^31 - 1]) and stores nothing if any is bad.
+    // (finite observations and rewards, episode/decision in [0, 2^31 - 1]) and stores nothing if any is bad.
     // O(n * obs_dim + n * 16 log16 C). Thread-safe.
     void add_rl(const TransitionsIn& in, std::int64_t* handles_out) {
         validate_transitions(in, false);
@@ -350,7 +351,7 @@ public:
             c.index.push_back(static_cast<std::int64_t>(p << 1));
             const RlScalars& m = rl.meta[s];
             c.episode.push_back(m.episode);
-            c.step.push_back(m.step);
+            c.decision.push_back(m.decision);
             c.action.push_back(m.action);
             c.reward.push_back(m.reward);
             c.original_reward.push_back(m.original_reward);
@@ -487,7 +488,7 @@ public:
         fresh.rl.has_prev = h.has_prev != 0;
         fresh.rl.prev_flags = h.prev_flags;
         fresh.rl.prev_episode = h.prev_episode;
-        fresh.rl.prev_step = h.prev_step;
+        fresh.rl.prev_decision = h.prev_decision;
         try {
             fresh.rng.set_state(h.rng);
         } catch (const std::invalid_argument& e) {
@@ -512,7 +513,7 @@ private:
     struct RlScalars {
         std::int64_t action = 0;
         float reward = 0.0f, original_reward = 0.0f;
-        std::int32_t episode = 0, step = 0;
+        std::int32_t episode = 0, decision = 0;
     };
     static_assert(sizeof(RlScalars) == 24, "RlScalars is stored in files as 24 bytes");
 
@@ -526,13 +527,13 @@ private:
         std::size_t heads = 0;
         bool has_prev = false;
         std::uint8_t prev_flags = 0;
-        std::int32_t prev_episode = 0, prev_step = 0;
+        std::int32_t prev_episode = 0, prev_decision = 0;
     };
     struct Llm {
         Column<float> obs, next_obs;
         Column<std::int64_t> action;
         Column<float> reward, original_reward, improvement;
-        Column<std::int32_t> episode, step;
+        Column<std::int32_t> episode, decision;
         Column<std::uint8_t> flags;
         SumTree sum;  // leaves: I_v * exp(clip(improvement / tau))
         std::uint64_t written = 0;
@@ -548,7 +549,7 @@ private:
         ReplayConfig cfg;
         std::uint64_t rl_written = 0, llm_written = 0;
         std::uint8_t has_prev = 0, prev_flags = 0;
-        std::int32_t prev_episode = 0, prev_step = 0;
+        std::int32_t prev_episode = 0, prev_decision = 0;
         Rng::State rng{};
     };
     static constexpr std::uint64_t kHeaderBytes = 3 * 8 + 3 * 8 + 2 * 8 + 2 + 2 * 4 + 4 * 8;
@@ -574,7 +575,7 @@ private:
         s.llm.original_reward.assign(m, 0.0f);
         s.llm.improvement.assign(m, 0.0f);
         s.llm.episode.assign(m, 0);
-        s.llm.step.assign(m, 0);
+        s.llm.decision.assign(m, 0);
         s.llm.flags.assign(m, 0);
         s.llm.sum.resize(m);
         return s;
@@ -598,7 +599,7 @@ private:
         v("llm.original_reward", s.llm.original_reward);
         v("llm.improvement", s.llm.improvement);
         v("llm.episode", s.llm.episode);
-        v("llm.step", s.llm.step);
+        v("llm.decision", s.llm.decision);
         v("llm.flags", s.llm.flags);
         v("llm.sum", s.llm.sum.data());
     }
@@ -631,7 +632,7 @@ private:
         w.put<std::uint8_t>(s.rl.has_prev ? 1 : 0);
         w.put<std::uint8_t>(s.rl.prev_flags);
         w.put<std::int32_t>(s.rl.prev_episode);
-        w.put<std::int32_t>(s.rl.prev_step);
+        w.put<std::int32_t>(s.rl.prev_decision);
         for (std::uint64_t x : s.rng.state()) w.put<std::uint64_t>(x);
     }
 
@@ -648,7 +649,7 @@ private:
         h.has_prev = r.get<std::uint8_t>();
         h.prev_flags = r.get<std::uint8_t>();
         h.prev_episode = r.get<std::int32_t>();
-        h.prev_step = r.get<std::int32_t>();
+        h.prev_decision = r.get<std::int32_t>();
         for (auto& x : h.rng) x = r.get<std::uint64_t>();
         return h;
     }
@@ -780,10 +781,10 @@ private:
             }
             check_reward(in.reward[i], "reward", i);
             for (const auto& [name, v] : {std::pair<const char*, std::int64_t>{"episode", in.episode[i]},
-                                          std::pair<const char*, std::int64_t>{"step", in.step[i]}}) {
-                if (v < 0 || v > kMaxEpisodeOrStep) {
+                                          std::pair<const char*, std::int64_t>{"decision", in.decision[i]}}) {
+                if (v < 0 || v > kMaxEpisodeOrDecision) {
                     std::ostringstream os;
-                    os << name << "[" << i << "] = " << v << " out of range [0, " << kMaxEpisodeOrStep << "]";
+                    os << name << "[" << i << "] = " << v << " out of range [0, " << kMaxEpisodeOrDecision << "]";
                     throw std::invalid_argument(os.str());
                 }
             }
@@ -880,12 +881,12 @@ private:
         const std::uint64_t cap = st_.cfg.rl_capacity;
         const float* o = in.obs + i * d;
         const auto ep = static_cast<std::int32_t>(in.episode[i]);
-        const auto step = static_cast<std::int32_t>(in.step[i]);
+        const auto decision = static_cast<std::int32_t>(in.decision[i]);
         const float p = new_priority();
         const float* pending = rl.has_prev ? rl.obs.data() + static_cast<std::size_t>((rl.written - 1) % cap) * d
                                            : nullptr;
         const bool continues = pending && rl.prev_episode == ep &&
-                               static_cast<std::int64_t>(rl.prev_step) + 1 == step &&
+                               static_cast<std::int64_t>(rl.prev_decision) + 1 == decision &&
                                !(rl.prev_flags & (kDone | kTruncated)) &&
                                std::memcmp(o, pending, d * sizeof(float)) == 0;
         if (!continues) write_rl_obs(o);
@@ -893,14 +894,14 @@ private:
         const std::size_t s = static_cast<std::size_t>(head % cap);
         const std::uint8_t f = static_cast<std::uint8_t>((in.done[i] ? kDone : 0) | (in.truncated[i] ? kTruncated : 0));
         rl.flags[s] = static_cast<std::uint8_t>(kHead | f);
-        rl.meta[s] = RlScalars{in.action[i], in.reward[i], in.reward[i], ep, step};
+        rl.meta[s] = RlScalars{in.action[i], in.reward[i], in.reward[i], ep, decision};
         set_priority(s, p);
         ++rl.heads;
         write_rl_obs(in.next_obs + i * d);
         rl.has_prev = true;
         rl.prev_flags = f;
         rl.prev_episode = ep;
-        rl.prev_step = step;
+        rl.prev_decision = decision;
         return static_cast<std::int64_t>(head << 1);
     }
 
@@ -916,7 +917,7 @@ private:
         lm.reward[s] = lm.original_reward[s] = in.reward[i];
         lm.improvement[s] = in.improvement[i];
         lm.episode[s] = static_cast<std::int32_t>(in.episode[i]);
-        lm.step[s] = static_cast<std::int32_t>(in.step[i]);
+        lm.decision[s] = static_cast<std::int32_t>(in.decision[i]);
         const bool valid = in.valid[i];
         lm.flags[s] = static_cast<std::uint8_t>((in.done[i] ? kDone : 0) | (in.truncated[i] ? kTruncated : 0) |
                                                 (valid ? kValid : 0));
@@ -949,7 +950,7 @@ private:
             prefetch(&lm.original_reward[s]);
             prefetch(&lm.improvement[s]);
             prefetch(&lm.episode[s]);
-            prefetch(&lm.step[s]);
+            prefetch(&lm.decision[s]);
             prefetch(&lm.flags[s]);
             return;
         }
@@ -998,7 +999,7 @@ private:
         out.index[row] = static_cast<std::int64_t>(last.position_of(s) << 1);
         out.from_llm[row] = false;
         out.episode[row] = m.episode;
-        out.step[row] = m.step;
+        out.decision[row] = m.decision;
         out.improvement[row] = 0.0f;
         out.valid[row] = false;
     }
@@ -1016,7 +1017,7 @@ private:
         out.index[row] = static_cast<std::int64_t>((last.position_of(s) << 1) | 1);
         out.from_llm[row] = true;
         out.episode[row] = lm.episode[s];
-        out.step[row] = lm.step[s];
+        out.decision[row] = lm.decision[s];
         out.improvement[row] = lm.improvement[s];
         out.valid[row] = lm.flags[s] & kValid;
     }
