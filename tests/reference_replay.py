@@ -176,20 +176,15 @@ class ReferenceReplay:
 
     # ---- sampling ------------------------------------------------------------------------------------------
     def split(self, batch: int, rl_w: np.ndarray, llm_w: np.ndarray) -> int:
-        n_rl = min(batch, max(0, math.floor((1.0 - self.beta) * batch + 0.5)))
-        n_llm = batch - n_rl
+        """Rows drawn from RL: the LLM partition gets min(nominal share, its sampleable items), RL the rest."""
         rl_any, llm_any = rl_w.sum() > 0, llm_w.sum() > 0
-        rl_ok = rl_any and len(rl_w) >= n_rl
-        llm_ok = llm_any and np.count_nonzero(llm_w) >= n_llm
-        if rl_ok and llm_ok:
-            return n_rl
-        if rl_ok:
+        if not llm_any:
             return batch
-        if llm_ok:
+        if not rl_any:
             return 0
-        if rl_any and llm_any:
-            return n_rl
-        return batch if rl_any else 0
+        nominal_rl = min(batch, max(0, math.floor((1.0 - self.beta) * batch + 0.5)))
+        n_llm = min(batch - nominal_rl, int(np.count_nonzero(llm_w)))
+        return batch - n_llm
 
     def _draw(self, n: int, w: np.ndarray) -> np.ndarray:
         total = w.sum()

@@ -51,6 +51,31 @@ std::int64_t add(MixedReplay& r, std::int64_t ep, std::int64_t t, bool done = fa
     return h;
 }
 
+// Adds one LLM transition with the given improvement and validation flag.
+std::int64_t add_llm(MixedReplay& r, std::int64_t i, float improvement, bool valid) {
+    const float obs[kD] = {9.f, static_cast<float>(i), 1.f};
+    const float nxt[kD] = {9.f, static_cast<float>(i + 1), 1.f};
+    const std::int64_t action = i, episode = 9;
+    const float reward = 0.f;
+    const bool no = false;
+    TransitionsIn in;
+    in.n = 1;
+    in.obs_dim = kD;
+    in.obs = obs;
+    in.next_obs = nxt;
+    in.action = &action;
+    in.reward = &reward;
+    in.done = &no;
+    in.truncated = &no;
+    in.episode = &episode;
+    in.decision = &i;
+    in.improvement = &improvement;
+    in.valid = &valid;
+    std::int64_t h = -1;
+    r.add_llm(in, &h);
+    return h;
+}
+
 ReplayConfig config(std::uint64_t cap = 10, std::uint64_t llm = 4) {
     ReplayConfig c;
     c.obs_dim = kD;
@@ -100,6 +125,37 @@ ACE_TEST(replay_chains_observations_and_pairs_next_obs_across_wrap) {
         }
     }
     CHECK(live == r.rl_size());
+}
+
+ACE_TEST(replay_llm_partition_is_sampled_from_its_first_valid_item) {
+    ReplayConfig c = config(200, 8);
+    c.beta = 0.25;
+    MixedReplay r(c, 3);
+    for (int ep = 0; ep < 4; ++ep)
+        for (int t = 0; t < 10; ++t) add(r, ep, t, t == 9);
+    Out o(128);
+    add_llm(r, 0, 0.5f, false);  // invalid items are never sampled: the batch stays RL only
+    r.sample(128, 0.4, o.out());
+    for (std::size_t i = 0; i < 128; ++i) CHECK(!o.llm[i]);
+    add_llm(r, 1, 0.5f, true);
+    add_llm(r, 2, -1.0f, true);
+    add_llm(r, 3, 2.0f, true);
+    for (int k = 0; k < 20; ++k) {
+        r.sample(128, 1.0, o.out());
+        std::size_t from_llm = 0;
+        for (std::size_t i = 0; i < 128; ++i) from_llm += o.llm[i] ? 1 : 0;
+        CHECK(from_llm == 3);  // min(round(0.25 * 128), 3 valid items), RL rows first
+        for (std::size_t i = 0; i < 125; ++i) CHECK(!o.llm[i]);
+    }
+    for (int t = 4; t < 40; ++t) add_llm(r, t, 0.0f, true);  // 8 valid live items (capacity 8)
+    r.sample(128, 0.4, o.out());
+    std::size_t from_llm = 0;
+    for (std::size_t i = 0; i < 128; ++i) from_llm += o.llm[i] ? 1 : 0;
+    CHECK(from_llm == 8);
+    r.sample(16, 0.4, o.out());
+    from_llm = 0;
+    for (std::size_t i = 0; i < 16; ++i) from_llm += o.llm[i] ? 1 : 0;
+    CHECK(from_llm == 4);  // the nominal share once the partition holds enough
 }
 
 ACE_TEST(replay_stale_handles_are_skipped_by_updates) {

@@ -1,11 +1,14 @@
 """Mixed prioritised replay for ACE (arXiv 2506.02522, Eq. 8), backed by the C++ core.
 
-A batch of size B takes ``round((1 - beta) B)`` transitions (``floor(x + 0.5)``) from the RL partition by
-proportional prioritised replay (Schaul et al., 2016: probability proportional to ``priority ** alpha``;
-new transitions get the current maximum priority) and the rest from the LLM partition with probability
-proportional to ``I_v * exp((r_hat - r) / tau)``. Each batch carries importance-sampling weights
-``(N q_i) ** -w`` normalised by their maximum over the batch, where ``q_i`` is the probability that one draw
-of this batch picks item ``i`` and ``N = len(buffer)``.
+A batch of size B takes ``n_llm = min(B - floor((1 - beta) B + 0.5), K)`` rows from the LLM partition, where
+``K`` is its number of valid items (``I_v = 1``), with probability proportional to ``I_v * exp((r_hat - r) /
+tau)``, and the other ``B - n_llm`` rows from the RL partition by proportional prioritised replay (Schaul et
+al., 2016: probability proportional to ``priority ** alpha``; new transitions get the current maximum
+priority). So refined transitions are replayed from the first one on, never more rows than there are items;
+a partition with nothing sampleable gives the whole batch to the other. Each batch carries
+importance-sampling weights ``(N q_i) ** -w`` normalised by their maximum over the batch, where
+``q_i = (n_part / B) * weight_i / total_part`` is the probability that one draw of this batch picks item ``i``
+and ``N = len(buffer)``.
 
 Items are named by int64 handles ``(write position << 1) | partition`` (0 RL, 1 LLM). A handle whose slot has
 been overwritten since it was issued is stale: :meth:`MixedReplayBuffer.update_priorities` and
@@ -128,8 +131,10 @@ class MixedReplayBuffer(_core.MixedReplay):
         Returns
         -------
         ReplayBatch
-            ``weight = (N q_i) ** -w / max_j (N q_j) ** -w`` over this batch. If a partition is empty or holds
-            fewer sampleable items than its share, the other supplies the whole batch and ``q_i`` says so.
+            ``weight = (N q_i) ** -w / max_j (N q_j) ** -w`` over this batch. The LLM partition supplies
+            ``min(B - floor((1 - beta) B + 0.5), K)`` rows (``K``: its valid items), RL the rest; a partition
+            with nothing sampleable gives the whole batch to the other, and ``q_i`` uses the split actually
+            drawn. RL rows come first.
 
         Raises
         ------

@@ -38,14 +38,25 @@
 // transitions get the current maximum priority over live transitions (a max tree, so it decreases when the top
 // items are lowered or overwritten), or 1.0 when no live transition has a positive priority.
 //
-// Sampling a batch of B. n_rl = floor((1 - beta) B + 0.5) draws from RL, B - n_rl from LLM, each by stratified
-// sampling (n strata of the partition's total, one uniform per stratum). A partition is "usable" for its share
-// when its sum is positive and it holds at least as many sampleable items as its share; if only one is usable
-// it supplies the whole batch; if neither is, each nonempty partition keeps its nominal share (or the only
-// nonempty one supplies everything). RL rows come first, then LLM rows. With q_i = (n_part / B) * leaf_i /
-// total_part the probability that one draw picks item i, and N = size() (live RL transitions + valid live LLM
-// items), the importance weight is (N q_i)^-w / max_j (N q_j)^-w, normalised by the maximum over THIS batch
-// (N cancels in the normalisation; it is kept in the formula for clarity).
+// Sampling a batch of B. The nominal LLM share is n_nom = B - floor((1 - beta) B + 0.5), i.e. round(beta B) with
+// ties going to RL. With K the number of valid live LLM items (each has a positive weight, so K counts exactly the
+// sampleable LLM items):
+//   - both partitions sampleable (both sums > 0): n_llm = min(n_nom, K) and n_rl = B - n_llm. The LLM partition
+//     contributes to every batch from its first valid item on, capped by its item COUNT: a young partition never
+//     supplies more rows than it holds items, so a handful of refined transitions is not replayed dozens of times
+//     per batch; RL supplies the rest of the batch;
+//   - only one partition sampleable (the other empty, all invalid, or all priorities 0): it supplies all B rows;
+//   - neither: std::invalid_argument.
+//   RL is deliberately not capped the same way: when it holds fewer sampleable transitions than its n_rl rows it
+//   still supplies them (drawing items more than once), so the LLM fraction of a batch never exceeds its nominal
+//   share while RL holds anything sampleable, and every batch has B rows.
+// Each partition draws its rows by stratified sampling over its own total (n strata of width total / n, one
+// uniform per stratum; stratum j of the LLM partition may land on the same item as stratum j + 1). RL rows come
+// first, then LLM rows. One draw of the batch (a row chosen uniformly) picks item i with probability
+// q_i = (n_part / B) * leaf_i / total_part, where n_part is the number of rows its partition actually supplied;
+// with N = size() (live RL transitions + valid live LLM items), the importance weight is (N q_i)^-w /
+// max_j (N q_j)^-w, normalised by the maximum over THIS batch (N cancels in the normalisation; it is kept in the
+// formula for clarity).
 //
 // Speed (a training step at capacity 1M is bound by cache and TLB misses, at D = 1300 by copying the rows):
 //   sample() draws all uniforms, walks both trees down for the whole batch at once (SumTree::find_batch, misses
@@ -846,17 +857,15 @@ private:
         st_.rl.sum.set(slot, leaf_of(p));
     }
 
+    // Rows drawn from RL; the rest of the batch comes from LLM (the rule of the header comment). rl_any / llm_any:
+    // the partition's sum is positive; at least one is.
     std::size_t rl_share(std::size_t batch, bool rl_any, bool llm_any) const {
+        if (!llm_any) return batch;
+        if (!rl_any) return 0;
         const double nominal = std::floor((1.0 - st_.cfg.beta) * static_cast<double>(batch) + 0.5);
-        const std::size_t n_rl = std::min(batch, static_cast<std::size_t>(std::max(0.0, nominal)));
-        const std::size_t n_llm = batch - n_rl;
-        const bool rl_ok = rl_any && st_.rl.heads >= n_rl;
-        const bool llm_ok = llm_any && st_.llm.valid_count >= n_llm;
-        if (rl_ok && llm_ok) return n_rl;
-        if (rl_ok) return batch;
-        if (llm_ok) return 0;
-        if (rl_any && llm_any) return n_rl;
-        return rl_any ? batch : 0;
+        const std::size_t nominal_rl = std::min(batch, static_cast<std::size_t>(std::max(0.0, nominal)));
+        const std::size_t n_llm = std::min(batch - nominal_rl, st_.llm.valid_count);
+        return batch - n_llm;
     }
 
     // Writes one observation to the next RL position, killing the transition that lived in that slot.
