@@ -561,8 +561,9 @@ Thread-safe for concurrent writer and sampler threads; batched calls release the
             raise_os_error(e);
         }
     }, py::arg("path"),
-            "Writes the whole buffer (contents, trees, pointers, generator state) to path atomically (temporary "
-            "file, fsync, rename) with a versioned header and a checksum. OSError if it cannot be written.");
+            "Writes the buffer (configuration, pointers, generator state and the slots in use with their "
+            "priorities; never the unused capacity) to path atomically (temporary file, fsync, rename) with a "
+            "versioned header and a checksum. OSError if it cannot be written.");
     cls.def("_load", [](MixedReplay& self, const std::string& path) {
         try {
             py::gil_scoped_release release;
@@ -571,8 +572,9 @@ Thread-safe for concurrent writer and sampler threads; batched calls release the
             raise_os_error(e);
         }
     }, py::arg("path"),
-            "Replaces this buffer's whole state with the file's (use MixedReplayBuffer.load). ValueError naming "
-            "the file and the problem for a bad file (this buffer is then unchanged); OSError if unreadable.");
+            "Replaces this buffer's whole state with the file's, format version 2 or 3 (use "
+            "MixedReplayBuffer.load). ValueError naming the file and the problem for a bad file (this buffer is "
+            "then unchanged); OSError if unreadable.");
     cls.def("check_invariants", [](const MixedReplay& self) {
         py::gil_scoped_release release;
         return self.check_invariants();

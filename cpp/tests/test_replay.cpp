@@ -186,6 +186,15 @@ ACE_TEST(replay_save_load_round_trip_and_corruption) {
     a.sample(16, 0.4, oa.out());
     b.sample(16, 0.4, ob.out());
     CHECK(oa.index == ob.index && oa.obs == ob.obs && oa.weight == ob.weight);
+    // Only the used slots are written: the same adds into a much larger buffer give a file of the same size.
+    MixedReplay big(config(5000, 3000), 5);
+    for (int t = 0; t < 9; ++t) add(big, 2, t);
+    const std::string big_path = "/tmp/ace_replay_cpp_test_big.bin";
+    big.save(big_path);
+    auto file_size = [](const std::string& p) { return std::ifstream(p, std::ios::binary | std::ios::ate).tellg(); };
+    CHECK(file_size(big_path) == file_size(path));
+    CHECK(file_size(path) < static_cast<std::streamoff>(200 + 10 * (4 * kD + 64)));  // 10 used slots
+    std::remove(big_path.c_str());
     // Flip one byte in the middle: checksum mismatch, b unchanged.
     {
         std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);

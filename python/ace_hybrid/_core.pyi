@@ -31,7 +31,7 @@ class MixedReplay:
         """
     def _load(self, path: str) -> None:
         """
-        Replaces this buffer's whole state with the file's (use MixedReplayBuffer.load). ValueError naming the file and the problem for a bad file (this buffer is then unchanged); OSError if unreadable.
+        Replaces this buffer's whole state with the file's, format version 2 or 3 (use MixedReplayBuffer.load). ValueError naming the file and the problem for a bad file (this buffer is then unchanged); OSError if unreadable.
         """
     def _rl_columns(self) -> dict:
         """
@@ -71,7 +71,7 @@ class MixedReplay:
         """
     def save(self, path: str) -> None:
         """
-        Writes the whole buffer (contents, trees, pointers, generator state) to path atomically (temporary file, fsync, rename) with a versioned header and a checksum. OSError if it cannot be written.
+        Writes the buffer (configuration, pointers, generator state and the slots in use with their priorities; never the unused capacity) to path atomically (temporary file, fsync, rename) with a versioned header and a checksum. OSError if it cannot be written.
         """
     def set_rng_state(self, state: tuple) -> None:
         """

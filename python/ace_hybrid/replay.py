@@ -165,23 +165,25 @@ class MixedReplayBuffer(_core.MixedReplay):
         return self._rl_columns()
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the whole buffer to ``path`` atomically (see :meth:`load`).
+        """Write the buffer to ``path`` atomically (see :meth:`load`).
 
-        The file holds a magic string, a format version, a byte-order tag, the configuration, every column,
-        the tree arrays themselves, the write pointers and the generator state, and a checksum; sampling after
+        The file (format version 3) holds a magic string, the format version, a byte-order tag, the
+        configuration, the write pointers and the generator state, then the slots each partition has used
+        (never more than it has written: ``4 D + 37`` bytes per RL slot and ``8 D + 37`` per LLM slot,
+        whatever the capacities) with their priorities and tree leaves, and a checksum. Sampling after
         :meth:`load` is bit-identical to sampling from this buffer. Raises OSError if it cannot be written.
         """
         super().save(os.fspath(path))
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> MixedReplayBuffer:
-        """Read a buffer written by :meth:`save`.
+        """Read a buffer written by :meth:`save` (format version 3, or version 2 from earlier releases).
 
         Raises
         ------
         ValueError
-            Naming the file and the problem, for a truncated or corrupted file, a wrong magic string or
-            version.
+            Naming the file and the problem, for a truncated or corrupted file, a wrong magic string or an
+            unreadable version.
         OSError
             If the file cannot be opened or read.
         """

@@ -188,9 +188,15 @@ struct RlColumns {
 class MixedReplay {
 public:
     static constexpr std::uint8_t kDone = 1, kTruncated = 2, kHead = 4, kValid = 8;
-    // 2: RL scalars as 24-byte records (rl.scalars), sum-tree nodes combined in the interleaved order of
-    // sum_tree.hpp. Version 1 files are refused with a message naming both versions.
-    static constexpr std::uint32_t kFileVersion = 2;
+    // File format versions (save() writes kFileVersion; load() reads kOldestReadableVersion..kFileVersion):
+    //   2: every array at full capacity, sum / max trees with their internal nodes (nodes combined in the
+    //      interleaved order of sum_tree.hpp), RL scalars as 24-byte records (rl.scalars).
+    //   3: only the written prefix of each partition, slots [0, min(written, capacity)) (the rings are written in
+    //      slot order, so that is every slot ever used), and only the tree leaves; load() rebuilds the internal
+    //      nodes, which are a pure function of the leaves, so the state is restored bit for bit.
+    // Version 1 files are refused with a message naming the readable versions.
+    static constexpr std::uint32_t kFileVersion = 3;
+    static constexpr std::uint32_t kOldestReadableVersion = 2;
     static constexpr char kMagic[8] = {'A', 'C', 'E', 'R', 'P', 'L', 'Y', '\0'};
 
     // Allocates both partitions (zeroed). O(capacity * obs_dim). Throws std::invalid_argument on a bad config.
@@ -434,10 +440,12 @@ public:
     }
 
     // ---- persistence ----------------------------------------------------------------------------------------
-    // Writes the whole state (config, every column, the tree arrays themselves, pointers, continuation state and
-    // the generator state) to path atomically: a temporary file in the same directory, fsync, rename. Format:
-    // magic, version, byte-order tag, header, arrays, checksum (see replay_io.hpp). O(file size); holds the lock
-    // while writing, so a concurrent writer waits. Throws std::system_error on I/O failure.
+    // Writes the state (config, pointers, continuation state, generator state and the used slots of every column
+    // and tree leaf array: format version 3 above) to path atomically: a temporary file in the same directory,
+    // fsync, rename. Layout: magic, version, byte-order tag, header, arrays, checksum (see replay_io.hpp). A file
+    // costs 4 D + 37 bytes per used RL slot and 8 D + 37 per used LLM slot, whatever the capacities.
+    // O(file size); holds the lock while writing, so a concurrent writer waits. Throws std::system_error on I/O
+    // failure.
     void save(const std::string& path) const {
         std::lock_guard<std::mutex> lk(mu_);
         AtomicFileWriter w(path);
@@ -445,16 +453,17 @@ public:
         w.put<std::uint32_t>(kFileVersion);
         w.put<std::uint32_t>(kByteOrderTag);
         write_header(w, st_);
-        for_each_array(const_cast<State&>(st_), [&](const char*, void* p, std::size_t n) { w.write(p, n); });
+        for_each_used_array(const_cast<State&>(st_), [&](const char*, void* p, std::size_t n) { w.write(p, n); });
         const std::uint64_t h = w.hash();
         w.write(&h, sizeof(h));
         w.commit();
     }
 
-    // Replaces the whole state (config included) by the file's. Checks size against the header, the checksum and
-    // every invariant BEFORE touching this object; on any problem throws ReplayFileError (std::invalid_argument)
-    // naming the file and the problem, and this object is unchanged. Throws std::system_error if the file cannot
-    // be read. O(file size); the lock is held only for the final swap. Thread-safe.
+    // Replaces the whole state (config included) by the file's (format version 2 or 3). Checks size against the
+    // header, the checksum and every invariant BEFORE touching this object; on any problem throws ReplayFileError
+    // (std::invalid_argument) naming the file and the problem, and this object is unchanged. Throws
+    // std::system_error if the file cannot be read. O(capacity * obs_dim) (the buffer is allocated at capacity);
+    // the lock is held only for the final swap. Thread-safe.
     void load(const std::string& path) {
         CheckedFileReader r(path);
         const std::uint64_t fixed = sizeof(kMagic) + 8 + kHeaderBytes + 8;
@@ -468,9 +477,13 @@ public:
         if (std::memcmp(magic, kMagic, sizeof(kMagic)) != 0)
             throw ReplayFileError(path, "not a replay buffer file (bad magic bytes)");
         const auto version = r.get<std::uint32_t>();
-        if (version != kFileVersion) {
+        if (version < kOldestReadableVersion || version > kFileVersion) {
             std::ostringstream os;
-            os << "unsupported format version " << version << " (this build reads version " << kFileVersion << ")";
+            os << "unsupported format version " << version << " (this build reads versions " << kOldestReadableVersion
+               << " to " << kFileVersion << "): "
+               << (version > kFileVersion ? "it was written by a newer ace_hybrid; upgrade ace_hybrid to read it"
+                                          : "it predates the current layout and cannot be converted; start a new "
+                                            "buffer, or read it with the ace_hybrid release that wrote it");
             throw ReplayFileError(path, os.str());
         }
         if (r.get<std::uint32_t>() != kByteOrderTag)
@@ -481,7 +494,9 @@ public:
         } catch (const std::invalid_argument& e) {
             throw ReplayFileError(path, std::string("invalid header: ") + e.what());
         }
-        const std::uint64_t expected = fixed + payload_bytes(h.cfg);
+        const std::uint64_t payload =
+            version == 2 ? full_payload_bytes(h.cfg) : used_payload_bytes(h.cfg, h.rl_written, h.llm_written);
+        const std::uint64_t expected = fixed + payload;
         if (r.size() != expected) {
             std::ostringstream os;
             os << "size " << r.size() << " bytes does not match the " << expected
@@ -489,13 +504,21 @@ public:
             throw ReplayFileError(path, os.str());
         }
         State fresh = make_state(h.cfg);
-        for_each_array(fresh, [&](const char*, void* p, std::size_t n) { r.read(p, n); });
+        fresh.rl.written = h.rl_written;  // before reading: the used prefix of a version 3 file depends on it
+        fresh.llm.written = h.llm_written;
+        auto read = [&](const char*, void* p, std::size_t n) { r.read(p, n); };
+        if (version == 2) {
+            for_each_full_array(fresh, read);
+        } else {
+            for_each_used_array(fresh, read);
+            fresh.rl.sum.rebuild();  // the internal nodes are a function of the leaves: restored bit for bit
+            fresh.rl.maxp.rebuild();
+            fresh.llm.sum.rebuild();
+        }
         const std::uint64_t computed = r.hash();
         std::uint64_t stored = 0;
         r.read(&stored, sizeof(stored), false);
         if (stored != computed) throw ReplayFileError(path, "checksum mismatch (the file is corrupted)");
-        fresh.rl.written = h.rl_written;
-        fresh.llm.written = h.llm_written;
         fresh.rl.has_prev = h.has_prev != 0;
         fresh.rl.prev_flags = h.prev_flags;
         fresh.rl.prev_episode = h.prev_episode;
@@ -592,9 +615,49 @@ private:
         return s;
     }
 
-    // The arrays in file order (the same function drives save and load, so the layouts cannot disagree).
+    // Slots ever written: the rings fill slots 0, 1, 2, ... in order, so these are the prefix [0, used).
+    static std::uint64_t used_slots(std::uint64_t written, std::uint64_t capacity) {
+        return std::min(written, capacity);
+    }
+
+    // The arrays of a version 3 file in file order: the used prefix of every column and of the tree leaves (the
+    // same function drives save and load, so the layouts cannot disagree). Reads s.rl.written / s.llm.written.
     template <typename F>
-    static void for_each_array(State& s, F&& f) {
+    static void for_each_used_array(State& s, F&& f) {
+        const auto d = static_cast<std::size_t>(s.cfg.obs_dim);
+        const auto n = static_cast<std::size_t>(used_slots(s.rl.written, s.cfg.rl_capacity));
+        const auto m = static_cast<std::size_t>(used_slots(s.llm.written, s.cfg.llm_capacity));
+        auto v = [&](const char* name, auto* data, std::size_t count) {
+            f(name, static_cast<void*>(data), count * sizeof(*data));
+        };
+        v("rl.obs", s.rl.obs.data(), n * d);
+        v("rl.scalars", s.rl.meta.data(), n);
+        v("rl.flags", s.rl.flags.data(), n);
+        v("rl.sum leaves", s.rl.sum.data().data(), n);
+        v("rl.max leaves", s.rl.maxp.data().data(), n);
+        v("llm.obs", s.llm.obs.data(), m * d);
+        v("llm.next_obs", s.llm.next_obs.data(), m * d);
+        v("llm.action", s.llm.action.data(), m);
+        v("llm.reward", s.llm.reward.data(), m);
+        v("llm.original_reward", s.llm.original_reward.data(), m);
+        v("llm.improvement", s.llm.improvement.data(), m);
+        v("llm.episode", s.llm.episode.data(), m);
+        v("llm.decision", s.llm.decision.data(), m);
+        v("llm.flags", s.llm.flags.data(), m);
+        v("llm.sum leaves", s.llm.sum.data().data(), m);
+    }
+
+    // Bytes of for_each_used_array for a (validated) config and write counters.
+    static std::uint64_t used_payload_bytes(const ReplayConfig& c, std::uint64_t rl_written,
+                                            std::uint64_t llm_written) {
+        const std::uint64_t d = c.obs_dim, n = used_slots(rl_written, c.rl_capacity);
+        const std::uint64_t m = used_slots(llm_written, c.llm_capacity);
+        return n * (d * 4 + sizeof(RlScalars) + 1 + 8 + 4) + m * (2 * d * 4 + 8 + 4 + 4 + 4 + 4 + 4 + 1 + 8);
+    }
+
+    // The arrays of a version 2 file in file order: every column at capacity and the whole trees (read only).
+    template <typename F>
+    static void for_each_full_array(State& s, F&& f) {
         auto v = [&](const char* name, auto& vec) {
             f(name, static_cast<void*>(vec.data()), vec.size() * sizeof(vec[0]));
         };
@@ -624,8 +687,8 @@ private:
         }
     }
 
-    // Bytes of for_each_array for a (validated) config; fits easily in 64 bits given the limits.
-    static std::uint64_t payload_bytes(const ReplayConfig& c) {
+    // Bytes of for_each_full_array for a (validated) config; fits easily in 64 bits given the limits.
+    static std::uint64_t full_payload_bytes(const ReplayConfig& c) {
         const std::uint64_t d = c.obs_dim, n = c.rl_capacity, m = c.llm_capacity;
         return n * d * 4 + n * (8 + 4 + 4 + 4 + 4 + 1) + tree_nodes(n) * (8 + 4) + 2 * m * d * 4 +
                m * (8 + 4 + 4 + 4 + 4 + 4 + 1) + tree_nodes(m) * 8;
