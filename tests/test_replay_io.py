@@ -321,3 +321,82 @@ def test_the_layout_helper_reproduces_the_writers_checksum(saved):
     _, data = saved
     assert _checksum(data, layout(data)).to_bytes(8, "little") == data[-8:]
     assert _checksum(V2_FILE, layout(V2_FILE)).to_bytes(8, "little") == V2_FILE[-8:]
+
+
+# ---- load validates the contents of checksum-valid files ------------------------------------------------------
+
+
+def _slots(buf: MixedReplayBuffer) -> dict[str, int]:
+    """One slot of each kind in filled(3): an RL transition, an RL slot holding only a next observation, and a
+    valid and an invalid LLM item."""
+    heads = set(((buf.rl_columns()["index"] >> 1) % buf.rl_capacity).tolist())
+    llm_leaves = buf._tree_snapshot()["llm_leaves"]
+    return {"head": min(heads), "not_head": min(set(range(buf.rl_capacity)) - heads),
+            "valid": int(np.flatnonzero(llm_leaves > 0)[0]), "invalid": int(np.flatnonzero(llm_leaves == 0)[0])}
+
+
+nan, inf, f32 = float("nan"), float("inf"), np.float32
+# (block, slot kind or fixed slot, column within the row or None, value, RL record field or None, error pattern)
+BAD_CONTENTS = {
+    "nan observation": ("rl.obs", 2, 1, f32(nan), None, r"rl\.obs\[slot 2, 1\] = nan is not finite"),
+    "infinite observation": ("rl.obs", 4, 0, f32(-inf), None, r"rl\.obs\[slot 4, 0\] = -inf is not finite"),
+    "infinite LLM next observation": ("llm.next_obs", 3, 4, f32(inf), None,
+                                      r"llm\.next_obs\[slot 3, 4\] = inf is not finite"),
+    "negative RL action": ("rl.scalars", "head", None, -3, "action",
+                           r"rl\.action\[slot {head}\] = -3 out of range \[0, 9223372036854775807\]"),
+    "negative LLM action": ("llm.action", 2, None, np.int64(-1), None, r"llm\.action\[slot 2\] = -1 out of range"),
+    "negative episode": ("rl.scalars", "head", None, -1, "episode",
+                         r"rl\.episode\[slot {head}\] = -1 out of range \[0, 2147483647\]"),
+    "negative decision": ("rl.scalars", "head", None, -5, "decision", r"rl\.decision\[slot {head}\] = -5 out of"),
+    "negative LLM episode": ("llm.episode", 1, None, np.int32(-2), None, r"llm\.episode\[slot 1\] = -2 out of"),
+    "negative LLM decision": ("llm.decision", 0, None, np.int32(-9), None, r"llm\.decision\[slot 0\] = -9 out of"),
+    "infinite reward": ("rl.scalars", "head", None, inf, "reward", r"rl\.reward\[slot {head}\] = inf is not finite"),
+    "unknown RL flag bits": ("rl.flags", "head", None, np.uint8(4 | 16), None,
+                             r"rl\.flags\[slot {head}\] = 20 has unknown bits"),
+    "I_v byte other than 0 or 1": ("llm.flags", "valid", None, np.uint8(8 | 32), None,
+                                   r"llm\.flags\[slot {valid}\] = 40 has unknown bits"),
+    "I_v cleared under a weight": ("llm.flags", "valid", None, np.uint8(0), None,
+                                   r"llm\.sum leaf\[slot {valid}\] = \S+ does not match 0 \(I_v = 0\)"),
+    "I_v set without a weight": ("llm.flags", "invalid", None, np.uint8(8), None,
+                                 r"llm\.sum leaf\[slot {invalid}\] = 0 does not match I_v \* exp"),
+    "negative priority": ("rl.max leaves", "head", None, f32(-1.0), None,
+                          r"rl\.priority\[slot {head}\] = -1 must be finite and >= 0"),
+    "nan priority": ("rl.max leaves", "head", None, f32(nan), None, r"rl\.priority\[slot {head}\] = nan must be"),
+    "leaf disagreeing with the priority": ("rl.sum leaves", "head", None, np.float64(123.0), None,
+                                           r"rl\.sum leaf\[slot {head}\] = 123 does not match priority\^alpha"),
+    "priority on a slot without a transition": ("rl.max leaves", "not_head", None, f32(2.0), None,
+                                                r"RL slot {not_head} holds no transition but has priority 2"),
+    "nan improvement": ("llm.improvement", "valid", None, f32(nan), None,
+                        r"llm\.improvement\[slot {valid}\] = nan is not finite"),
+    "improvement disagreeing with the weight": ("llm.improvement", "valid", None, f32(5.0), None,
+                                                r"llm\.sum leaf\[slot {valid}\] = \S+ does not match I_v \* exp"),
+    "has_prev not 0 or 1": ("has_prev", 0, None, np.uint8(2), None, r"has_prev = 2 must be 0 or 1"),
+    "negative prev_decision": ("prev_decision", 0, None, np.int32(-1), None,
+                               r"prev_decision = -1 out of range \[0, 2147483647\]"),
+    "unknown prev_flags bits": ("prev_flags", 0, None, np.uint8(8), None, r"prev_flags = 8 has unknown bits"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_CONTENTS))
+def test_load_refuses_checksum_valid_files_with_bad_contents_naming_slot_and_value(saved, case):
+    path, data = saved
+    block, slot, column, value, field, pattern = BAD_CONTENTS[case]
+    slots = _slots(filled(3))  # the buffer `saved` holds
+    slot = slots[slot] if isinstance(slot, str) else slot
+    index = slot if column is None else slot * D + column
+    bad = bytearray(data)
+    patch(bad, block, index, value, field)
+    path.write_bytes(bytes(bad))
+    buf = filled(4)
+    with pytest.raises(ValueError, match=r"buf\.replay': inconsistent contents: " + pattern.format(**slots)):
+        buf._load(str(path))
+    assert_same_batches(buf, filled(4))  # a refused file changes nothing
+
+
+def test_version_2_files_are_validated_too(tmp_path: pathlib.Path):
+    bad = bytearray(V2_FILE)
+    patch(bad, "llm.obs", 1, f32(nan))  # slot 0, column 1
+    path = tmp_path / "old.replay"
+    path.write_bytes(bytes(bad))
+    with pytest.raises(ValueError, match=r"inconsistent contents: llm\.obs\[slot 0, 1\] = nan is not finite"):
+        MixedReplayBuffer.load(path)

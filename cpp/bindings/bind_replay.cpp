@@ -573,12 +573,13 @@ Thread-safe for concurrent writer and sampler threads; batched calls release the
         }
     }, py::arg("path"),
             "Replaces this buffer's whole state with the file's, format version 2 or 3 (use "
-            "MixedReplayBuffer.load). ValueError naming the file and the problem for a bad file (this buffer is "
-            "then unchanged); OSError if unreadable.");
+            "MixedReplayBuffer.load). ValueError naming the file and the problem (for contents: the column, slot "
+            "and value) for a bad file (this buffer is then unchanged); OSError if unreadable.");
     cls.def("check_invariants", [](const MixedReplay& self) {
         py::gil_scoped_release release;
         return self.check_invariants();
-    }, "'' if the buffer is consistent (trees equal their rebuilds, counters match), else a description. O(C).");
+    }, "'' if the buffer is consistent (the checks load applies: stored values an add accepts, trees equal their "
+       "rebuilds, leaves match priorities and I_v, counters match), else a description. O(capacity * obs_dim).");
     cls.def("_tree_snapshot", [](const MixedReplay& self) {
         std::vector<double> rl, llm;
         std::vector<float> prio;

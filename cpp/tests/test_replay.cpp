@@ -99,6 +99,28 @@ ACE_TEST(replay_rejects_bad_configs) {
     CHECK_THROWS(MixedReplay(c, 0), std::invalid_argument);
 }
 
+ACE_TEST(replay_refuses_negative_actions_from_any_caller) {
+    MixedReplay r(config(), 0);
+    const float obs[kD] = {0.f, 0.f, 0.f};
+    const std::int64_t action = -1, ep = 0, decision = 0;
+    const float reward = 0.f;
+    const bool no = false;
+    TransitionsIn in;
+    in.n = 1;
+    in.obs_dim = kD;
+    in.obs = obs;
+    in.next_obs = obs;
+    in.action = &action;
+    in.reward = &reward;
+    in.done = &no;
+    in.truncated = &no;
+    in.episode = &ep;
+    in.decision = &decision;
+    std::int64_t h = -1;
+    CHECK_THROWS(r.add_rl(in, &h), std::invalid_argument);  // the invariant load() checks holds for C++ callers too
+    CHECK(r.rl_size() == 0 && r.check_invariants().empty());
+}
+
 ACE_TEST(replay_chains_observations_and_pairs_next_obs_across_wrap) {
     MixedReplay r(config(7), 1);
     std::vector<std::int64_t> handles;

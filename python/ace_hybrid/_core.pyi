@@ -31,7 +31,7 @@ class MixedReplay:
         """
     def _load(self, path: str) -> None:
         """
-        Replaces this buffer's whole state with the file's, format version 2 or 3 (use MixedReplayBuffer.load). ValueError naming the file and the problem for a bad file (this buffer is then unchanged); OSError if unreadable.
+        Replaces this buffer's whole state with the file's, format version 2 or 3 (use MixedReplayBuffer.load). ValueError naming the file and the problem (for contents: the column, slot and value) for a bad file (this buffer is then unchanged); OSError if unreadable.
         """
     def _rl_columns(self) -> dict:
         """
@@ -63,7 +63,7 @@ class MixedReplay:
         """
     def check_invariants(self) -> str:
         """
-        '' if the buffer is consistent (trees equal their rebuilds, counters match), else a description. O(C).
+        '' if the buffer is consistent (the checks load applies: stored values an add accepts, trees equal their rebuilds, leaves match priorities and I_v, counters match), else a description. O(capacity * obs_dim).
         """
     def get_rng_state(self) -> tuple[int, int, int, int]:
         """

@@ -183,7 +183,11 @@ class MixedReplayBuffer(_core.MixedReplay):
         ------
         ValueError
             Naming the file and the problem, for a truncated or corrupted file, a wrong magic string or an
-            unreadable version.
+            unreadable version, or contents that an add would have refused or that contradict each other
+            (a non-finite observation, reward or improvement, a negative action, an episode or decision id out
+            of ``[0, 2**31 - 1]``, unknown flag bits, a negative or non-finite priority, a sampling weight that
+            does not match its priority or ``I_v``): the message names the column, the slot and the value, e.g.
+            ``rl.obs[slot 2, 1] = nan is not finite``.
         OSError
             If the file cannot be opened or read.
         """

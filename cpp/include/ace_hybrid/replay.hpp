@@ -204,7 +204,8 @@ public:
 
     // ---- adding ---------------------------------------------------------------------------------------------
     // Adds in.n RL transitions in order, writing their handles to handles_out[0..n). Validates every input first
-    // (finite observations and rewards, episode/decision in [0, 2^31 - 1]) and stores nothing if any is bad.
+    // (finite observations and rewards, action >= 0, episode/decision in [0, 2^31 - 1]) and stores nothing if any
+    // is bad.
     // O(n * obs_dim + n * 16 log16 C). Thread-safe.
     void add_rl(const TransitionsIn& in, std::int64_t* handles_out) {
         validate_transitions(in, false);
@@ -432,8 +433,9 @@ public:
         max_root = st_.rl.maxp.root();
     }
 
-    // Full consistency check: every tree equals its rebuild bit for bit, leaves agree with flags and priorities,
-    // counters agree with the flags. Returns "" when consistent, else a description. O(C). Thread-safe.
+    // Full consistency check (the one load() applies): stored values are ones an add accepts, every tree equals its
+    // rebuild bit for bit, leaves agree with flags, priorities and improvements, counters agree with the flags.
+    // Returns "" when consistent, else a description. O(C * obs_dim). Thread-safe.
     std::string check_invariants() const {
         std::lock_guard<std::mutex> lk(mu_);
         return validate_state(st_);
@@ -460,8 +462,11 @@ public:
     }
 
     // Replaces the whole state (config included) by the file's (format version 2 or 3). Checks size against the
-    // header, the checksum and every invariant BEFORE touching this object; on any problem throws ReplayFileError
-    // (std::invalid_argument) naming the file and the problem, and this object is unchanged. Throws
+    // header, the checksum and every invariant (validate_state: the values an add would refuse, leaves against
+    // priorities and I_v, trees, counters) BEFORE touching this object; on any problem throws ReplayFileError
+    // (std::invalid_argument) naming the file and the problem (column, slot and value), and this object is
+    // unchanged. A checksum only detects accidental corruption, so a file edited and re-checksummed is still
+    // validated. Throws
     // std::system_error if the file cannot be read. O(capacity * obs_dim) (the buffer is allocated at capacity);
     // the lock is held only for the final swap. Thread-safe.
     void load(const std::string& path) {
@@ -519,6 +524,11 @@ public:
         std::uint64_t stored = 0;
         r.read(&stored, sizeof(stored), false);
         if (stored != computed) throw ReplayFileError(path, "checksum mismatch (the file is corrupted)");
+        if (h.has_prev > 1) {
+            std::ostringstream os;
+            os << "inconsistent contents: has_prev = " << int(h.has_prev) << " must be 0 or 1";
+            throw ReplayFileError(path, os.str());
+        }
         fresh.rl.has_prev = h.has_prev != 0;
         fresh.rl.prev_flags = h.prev_flags;
         fresh.rl.prev_episode = h.prev_episode;
@@ -741,33 +751,81 @@ private:
         return last - ((last % cap + cap - slot) % cap);
     }
 
+    // Every invariant of a state, checked in an order that names the root cause: the continuation state, then slot
+    // by slot the values an add would have refused (non-finite observations, rewards or improvements, negative
+    // actions, episode or decision ids out of [0, 2^31 - 1], unknown flag bits, negative or non-finite
+    // priorities), then that each leaf is what its slot implies (priority^alpha for an RL transition, I_v *
+    // exp(clip(improvement / tau)) for an LLM item, 0 elsewhere; relative tolerance 1e-9 so that a file moved
+    // between machines whose pow / exp differ in the last bit still loads), then the trees and the counters.
+    // Returns "" when consistent, else the first problem, naming the column, the slot and the value.
+    // O((rl_capacity + llm_capacity) * obs_dim).
     static std::string validate_state(const State& s) {
         std::ostringstream os;
         const Rl& rl = s.rl;
         const Llm& lm = s.llm;
         const std::uint64_t cap = s.cfg.rl_capacity, mcap = s.cfg.llm_capacity;
-        if (rl.written >= kMaxPosition || lm.written >= kMaxPosition) return "write counters out of range";
-        if (rl.prev_flags & ~(kDone | kTruncated)) return "bad continuation flags";
+        const auto d = static_cast<std::size_t>(s.cfg.obs_dim);
+        if (rl.written >= kMaxPosition || lm.written >= kMaxPosition) {
+            os << "write counters rl.written = " << rl.written << ", llm.written = " << lm.written
+               << " out of range [0, " << kMaxPosition << ")";
+            return os.str();
+        }
+        if (rl.prev_flags & ~(kDone | kTruncated)) {
+            os << "prev_flags = " << int(rl.prev_flags) << " has unknown bits (known: done 1, truncated 2)";
+            return os.str();
+        }
+        for (const auto& [name, v] : {std::pair<const char*, std::int32_t>{"prev_episode", rl.prev_episode},
+                                      std::pair<const char*, std::int32_t>{"prev_decision", rl.prev_decision}}) {
+            if (v < 0) {
+                os << name << " = " << v << " out of range [0, " << kMaxEpisodeOrDecision << "]";
+                return os.str();
+            }
+        }
         if (rl.has_prev && rl.written < 2) return "continuation state without a stored observation";
-        if (!rl.sum.check()) return "RL sum tree differs from its rebuild";
-        if (!rl.maxp.check()) return "RL max tree differs from its rebuild";
-        if (!lm.sum.check()) return "LLM sum tree differs from its rebuild";
-        if (!std::isfinite(rl.sum.root()) || !std::isfinite(lm.sum.root())) return "tree sum is not finite";
+        // Names a value that an add would have refused; returns false (the caller returns os.str()).
+        auto finite_row = [&os, d](const char* name, const float* row, std::uint64_t k) {
+            for (std::size_t j = 0; j < d; ++j) {
+                if (!std::isfinite(row[j])) {
+                    os << name << "[slot " << k << ", " << j << "] = " << row[j] << " is not finite";
+                    return false;
+                }
+            }
+            return true;
+        };
+        auto finite = [&os](const char* name, float v, std::uint64_t k) {
+            if (std::isfinite(v)) return true;
+            os << name << "[slot " << k << "] = " << v << " is not finite";
+            return false;
+        };
+        auto in_range = [&os](const char* name, std::int64_t v, std::int64_t hi, std::uint64_t k) {
+            if (v >= 0 && v <= hi) return true;
+            os << name << "[slot " << k << "] = " << v << " out of range [0, " << hi << "]";
+            return false;
+        };
+        auto leaf_matches = [&os](const char* name, double leaf, double expected, std::uint64_t k, const char* what) {
+            if (std::fabs(leaf - expected) <= 1e-9 * expected) return true;  // false for NaN; exact 0 when expected 0
+            os << name << "[slot " << k << "] = " << leaf << " does not match " << what << " = " << expected;
+            return false;
+        };
+        constexpr std::int64_t kMaxAction = std::numeric_limits<std::int64_t>::max();
         std::size_t heads = 0, valid = 0;
         for (std::uint64_t k = 0; k < cap; ++k) {
             const std::uint8_t f = rl.flags[k];
+            const RlScalars& m = rl.meta[k];
             const double leaf = rl.sum.leaf(k);
             const float pr = rl.maxp.leaf(k);
+            if (!finite_row("rl.obs", rl.obs.data() + k * d, k) || !in_range("rl.action", m.action, kMaxAction, k) ||
+                !in_range("rl.episode", m.episode, kMaxEpisodeOrDecision, k) ||
+                !in_range("rl.decision", m.decision, kMaxEpisodeOrDecision, k) || !finite("rl.reward", m.reward, k) ||
+                !finite("rl.original_reward", m.original_reward, k))
+                return os.str();
             if (f & ~(kDone | kTruncated | kHead)) {
-                os << "RL slot " << k << " has unknown flags " << int(f);
+                os << "rl.flags[slot " << k << "] = " << int(f) << " has unknown bits (known: done 1, truncated 2, "
+                   << "transition 4)";
                 return os.str();
             }
-            if (!(leaf >= 0.0 && std::isfinite(leaf)) || !(pr >= 0.0f && std::isfinite(pr))) {
-                os << "RL slot " << k << " has a negative or non-finite priority";
-                return os.str();
-            }
-            if (!std::isfinite(rl.meta[k].reward) || !std::isfinite(rl.meta[k].original_reward)) {
-                os << "RL slot " << k << " has a non-finite reward";
+            if (!(pr >= 0.0f && std::isfinite(pr))) {
+                os << "rl.priority[slot " << k << "] = " << pr << " must be finite and >= 0";
                 return os.str();
             }
             if (f & kHead) {
@@ -777,38 +835,45 @@ private:
                     os << "RL slot " << k << " is a transition without a next observation";
                     return os.str();
                 }
-                if (s.cfg.alpha == 0.0 ? leaf != 1.0 : false) {
-                    os << "RL slot " << k << " leaf " << leaf << " != 1 with alpha = 0";
-                    return os.str();
-                }
+                if (!leaf_matches("rl.sum leaf", leaf, leaf_of(s.cfg, pr), k, "priority^alpha")) return os.str();
             } else if (leaf != 0.0 || pr != 0.0f) {
-                os << "RL slot " << k << " holds no transition but has a priority";
+                os << "RL slot " << k << " holds no transition but has priority " << pr << " (sum-tree leaf " << leaf
+                   << ")";
                 return os.str();
             }
         }
         for (std::uint64_t k = 0; k < mcap; ++k) {
             const std::uint8_t f = lm.flags[k];
             const double leaf = lm.sum.leaf(k);
+            if (!finite_row("llm.obs", lm.obs.data() + k * d, k) ||
+                !finite_row("llm.next_obs", lm.next_obs.data() + k * d, k) ||
+                !in_range("llm.action", lm.action[k], kMaxAction, k) ||
+                !in_range("llm.episode", lm.episode[k], kMaxEpisodeOrDecision, k) ||
+                !in_range("llm.decision", lm.decision[k], kMaxEpisodeOrDecision, k) ||
+                !finite("llm.reward", lm.reward[k], k) || !finite("llm.original_reward", lm.original_reward[k], k) ||
+                !finite("llm.improvement", lm.improvement[k], k))
+                return os.str();
             if (f & ~(kDone | kTruncated | kValid)) {
-                os << "LLM slot " << k << " has unknown flags " << int(f);
+                os << "llm.flags[slot " << k << "] = " << int(f) << " has unknown bits (known: done 1, truncated 2, "
+                   << "I_v 8)";
                 return os.str();
             }
-            if (!std::isfinite(lm.improvement[k]) || !std::isfinite(lm.reward[k]) ||
-                !std::isfinite(lm.original_reward[k])) {
-                os << "LLM slot " << k << " has a non-finite value";
-                return os.str();
-            }
-            if (f & kValid) {
+            const bool is_valid = f & kValid;
+            if (is_valid) {
                 ++valid;
-                if (k >= lm.written || !(leaf > 0.0 && std::isfinite(leaf))) {
-                    os << "LLM slot " << k << " is valid but has weight " << leaf;
+                if (k >= lm.written) {
+                    os << "LLM slot " << k << " has I_v = 1 but was never written";
                     return os.str();
                 }
-            } else if (leaf != 0.0) {
-                os << "LLM slot " << k << " is not valid but has weight " << leaf;
-                return os.str();
             }
+            const char* what = is_valid ? "I_v * exp(clip(improvement / tau)) with I_v = 1" : "0 (I_v = 0)";
+            if (!leaf_matches("llm.sum leaf", leaf, llm_weight(s.cfg, lm.improvement[k], is_valid), k, what))
+                return os.str();
         }
+        if (!rl.sum.check()) return "RL sum tree differs from its rebuild";
+        if (!rl.maxp.check()) return "RL max tree differs from its rebuild";
+        if (!lm.sum.check()) return "LLM sum tree differs from its rebuild";
+        if (!std::isfinite(rl.sum.root()) || !std::isfinite(lm.sum.root())) return "tree sum is not finite";
         if (heads != rl.heads || valid != lm.valid_count) return "item counters disagree with the flags";
         return "";
     }
@@ -854,6 +919,12 @@ private:
                 if (!std::isfinite(no[j])) bad("next_obs", i, j, no[j], "is not finite");
             }
             check_reward(in.reward[i], "reward", i);
+            if (in.action[i] < 0) {
+                std::ostringstream os;
+                os << "action[" << i << "] = " << in.action[i] << " out of range [0, "
+                   << std::numeric_limits<std::int64_t>::max() << "]";
+                throw std::invalid_argument(os.str());
+            }
             for (const auto& [name, v] : {std::pair<const char*, std::int64_t>{"episode", in.episode[i]},
                                           std::pair<const char*, std::int64_t>{"decision", in.decision[i]}}) {
                 if (v < 0 || v > kMaxEpisodeOrDecision) {
@@ -911,8 +982,16 @@ private:
         return m > 0.0f ? m : 1.0f;
     }
 
-    double leaf_of(float p) const {
-        return st_.cfg.alpha == 0.0 ? 1.0 : std::pow(static_cast<double>(p), st_.cfg.alpha);
+    // Sum-tree leaf of an RL transition of priority p: p^alpha (1 for every transition when alpha = 0).
+    static double leaf_of(const ReplayConfig& c, float p) {
+        return c.alpha == 0.0 ? 1.0 : std::pow(static_cast<double>(p), c.alpha);
+    }
+    double leaf_of(float p) const { return leaf_of(st_.cfg, p); }
+
+    // Sum-tree leaf of an LLM item (Eq. 8): I_v * exp(clip(improvement / tau, -60, 60)).
+    static double llm_weight(const ReplayConfig& c, float improvement, bool valid) {
+        const double x = std::clamp(static_cast<double>(improvement) / c.tau, -kExponentClip, kExponentClip);
+        return valid ? std::exp(x) : 0.0;
     }
 
     void set_priority(std::size_t slot, float p) {
@@ -994,9 +1073,7 @@ private:
         lm.flags[s] = static_cast<std::uint8_t>((in.done[i] ? kDone : 0) | (in.truncated[i] ? kTruncated : 0) |
                                                 (valid ? kValid : 0));
         if (valid) ++lm.valid_count;
-        const double x =
-            std::clamp(static_cast<double>(in.improvement[i]) / st_.cfg.tau, -kExponentClip, kExponentClip);
-        lm.sum.set(s, valid ? std::exp(x) : 0.0);
+        lm.sum.set(s, llm_weight(st_.cfg, in.improvement[i], valid));
         ++lm.written;
         return static_cast<std::int64_t>((pos << 1) | 1);
     }
