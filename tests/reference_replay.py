@@ -61,7 +61,7 @@ class Item:
     done: bool
     truncated: bool
     episode: int
-    step: int
+    decision: int
     improvement: float = 0.0
     valid: bool = False
 
@@ -80,7 +80,7 @@ class ReferenceReplay:
     llm_items: dict = field(default_factory=dict)  # position -> Item
     rl_written: int = 0
     llm_written: int = 0
-    prev: tuple | None = None  # (episode, step, done, truncated)
+    prev: tuple | None = None  # (episode, decision, done, truncated)
 
     def __post_init__(self) -> None:
         self.rng = Xoshiro(self.seed)
@@ -101,7 +101,7 @@ class ReferenceReplay:
         self.rl_slots[pos % self.rl_capacity] = (pos, o.copy())
         self.rl_written += 1
 
-    def add_rl(self, obs, action, reward, next_obs, done, truncated, episode, step) -> int:
+    def add_rl(self, obs, action, reward, next_obs, done, truncated, episode, decision) -> int:
         obs = np.asarray(obs, np.float32)
         next_obs = np.asarray(next_obs, np.float32)
         p = np.float32(self.max_priority())
@@ -110,26 +110,26 @@ class ReferenceReplay:
             pe, ps, pd, pt = self.prev
             pending = self.rl_slots[(self.rl_written - 1) % self.rl_capacity][1]
             same_obs = pending.tobytes() == obs.tobytes()
-            cont = pe == episode and step == ps + 1 and not pd and not pt and same_obs
+            cont = pe == episode and decision == ps + 1 and not pd and not pt and same_obs
         if not cont:
             self._write_obs(obs)
         head = self.rl_written - 1
         r = float(np.float32(reward))
-        item = Item(obs, next_obs, action, r, r, bool(done), bool(truncated), episode, step)
+        item = Item(obs, next_obs, action, r, r, bool(done), bool(truncated), episode, decision)
         self.rl_items[head] = [item, p]
         self._write_obs(next_obs)
-        self.prev = (episode, step, bool(done), bool(truncated))
+        self.prev = (episode, decision, bool(done), bool(truncated))
         return head << 1
 
     def add_llm(
-        self, obs, action, reward, next_obs, done, truncated, episode, step, improvement, valid
+        self, obs, action, reward, next_obs, done, truncated, episode, decision, improvement, valid
     ) -> int:
         pos = self.llm_written
         self.llm_items.pop(pos - self.llm_capacity, None)
         r = float(np.float32(reward))
         self.llm_items[pos] = Item(
             np.asarray(obs, np.float32).copy(), np.asarray(next_obs, np.float32).copy(), action, r, r,
-            bool(done), bool(truncated), episode, step, float(np.float32(improvement)), bool(valid),
+            bool(done), bool(truncated), episode, decision, float(np.float32(improvement)), bool(valid),
         )
         self.llm_written += 1
         return (pos << 1) | 1
@@ -176,20 +176,15 @@ class ReferenceReplay:
 
     # ---- sampling ------------------------------------------------------------------------------------------
     def split(self, batch: int, rl_w: np.ndarray, llm_w: np.ndarray) -> int:
-        n_rl = min(batch, max(0, math.floor((1.0 - self.beta) * batch + 0.5)))
-        n_llm = batch - n_rl
+        """Rows drawn from RL: the LLM partition gets min(nominal share, its sampleable items), RL the rest."""
         rl_any, llm_any = rl_w.sum() > 0, llm_w.sum() > 0
-        rl_ok = rl_any and len(rl_w) >= n_rl
-        llm_ok = llm_any and np.count_nonzero(llm_w) >= n_llm
-        if rl_ok and llm_ok:
-            return n_rl
-        if rl_ok:
+        if not llm_any:
             return batch
-        if llm_ok:
+        if not rl_any:
             return 0
-        if rl_any and llm_any:
-            return n_rl
-        return batch if rl_any else 0
+        nominal_rl = min(batch, max(0, math.floor((1.0 - self.beta) * batch + 0.5)))
+        n_llm = min(batch - nominal_rl, int(np.count_nonzero(llm_w)))
+        return batch - n_llm
 
     def _draw(self, n: int, w: np.ndarray) -> np.ndarray:
         total = w.sum()

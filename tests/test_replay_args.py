@@ -19,10 +19,10 @@ def good_args(method: str) -> dict:
     obs = np.arange(D, dtype=f32)
     rows = np.arange(N * D, dtype=f32).reshape(N, D)
     one = dict(obs=obs, action=1, reward=0.5, next_obs=obs + 1, done=False, truncated=False, episode=0,
-               step=0)
+               decision=0)
     batch = dict(obs=rows, action=np.arange(N), reward=np.zeros(N, f32), next_obs=rows + 1,
                  done=np.zeros(N, bool), truncated=np.zeros(N, bool), episode=np.zeros(N, np.int64),
-                 step=np.arange(N))
+                 decision=np.arange(N))
     return {
         "add_rl": one,
         "add_llm": dict(one, improvement=0.3, valid=True),
@@ -40,7 +40,7 @@ def good_args(method: str) -> dict:
 # (bad value, expected exception) per argument kind. None in a float array argument becomes a 0-d NaN array
 # (numpy conversion), hence ValueError there.
 SCALAR_INT = [(-1, ValueError), (1.5, TypeError), (2**70, TypeError), ("1", TypeError), (None, TypeError)]
-STEP_INT = [(-1, ValueError), (2**31, ValueError), (1.5, TypeError), (2**70, TypeError)]
+DECISION_INT = [(-1, ValueError), (2**31, ValueError), (1.5, TypeError), (2**70, TypeError)]
 SCALAR_FLOAT = [
     (nan, ValueError), (inf, ValueError), (-inf, ValueError), (1e39, ValueError), ("x", TypeError),
     (None, TypeError),
@@ -90,11 +90,11 @@ RNG_STATES = [
 GET_HANDLES = HANDLES[:4] + [(np.array([3]), IndexError), (np.array([6]), IndexError), (None, TypeError)]
 
 BAD: dict[str, dict[str, list]] = {
-    "add_rl": dict(obs=OBS_1D, next_obs=OBS_1D, action=SCALAR_INT, reward=SCALAR_FLOAT, episode=STEP_INT,
-                   step=STEP_INT, done=SCALAR_BOOL[:3]),
+    "add_rl": dict(obs=OBS_1D, next_obs=OBS_1D, action=SCALAR_INT, reward=SCALAR_FLOAT, episode=DECISION_INT,
+                   decision=DECISION_INT, done=SCALAR_BOOL[:3]),
     "add_llm": dict(obs=OBS_1D, improvement=SCALAR_FLOAT, valid=SCALAR_BOOL, action=SCALAR_INT),
     "add_rl_batch": dict(obs=ROWS, next_obs=ROWS, action=INT_COL, reward=FLOAT_COL, episode=EP_COL,
-                         step=EP_COL, done=BOOL_COL, truncated=BOOL_COL),
+                         decision=EP_COL, done=BOOL_COL, truncated=BOOL_COL),
     "add_llm_batch": dict(obs=ROWS, improvement=FLOAT_COL, valid=BOOL_COL, action=INT_COL),
     "sample": dict(batch_size=[(0, ValueError), (-5, ValueError), (2**21, ValueError), (2**70, TypeError),
                                (1.0, TypeError)],
@@ -187,7 +187,7 @@ def test_a_batch_with_one_bad_row_stores_nothing():
     buf = make_buffer()
     before = fingerprint(buf)
     rows = np.zeros((N, D), f32)
-    with pytest.raises(ValueError, match=r"step\[3\] = -1"):
+    with pytest.raises(ValueError, match=r"decision\[3\] = -1"):
         buf.add_rl_batch(rows, np.zeros(N, np.int64), np.zeros(N, f32), rows, np.zeros(N, bool),
                          np.zeros(N, bool), np.zeros(N, np.int64), np.array([0, 1, 2, -1]))
     with pytest.raises(IndexError):

@@ -27,13 +27,13 @@ ref = _load_reference()
 D = 3
 
 
-def add_episode(buf, episode: int, length: int, start_step: int = 0, rng=None, done_at_end=True):
-    """Adds one chained episode; observations encode (episode, step). Returns the handles."""
+def add_episode(buf, episode: int, length: int, start_decision: int = 0, rng=None, done_at_end=True):
+    """Adds one chained episode; observations encode (episode, decision). Returns the handles."""
     handles = []
-    for t in range(start_step, start_step + length):
+    for t in range(start_decision, start_decision + length):
         obs = np.array([episode, t, 0.5], np.float32)
         nxt = np.array([episode, t + 1, 0.5], np.float32)
-        done = done_at_end and t == start_step + length - 1
+        done = done_at_end and t == start_decision + length - 1
         handles.append(buf.add_rl(obs, t % 7, float(t), nxt, done, False, episode, t))
     return handles
 
@@ -169,34 +169,88 @@ def test_batch_split_uses_round_half_up():
     assert list(batch.from_llm) == [False] * 5 + [True]
 
 
-def test_empty_or_too_small_partition_gives_the_batch_to_the_other():
+def test_an_empty_partition_gives_the_whole_batch_to_the_other():
     buf = MixedReplayBuffer(D, 300, 100, beta=0.25, seed=1)
     with pytest.raises(ValueError, match="no sampleable"):
         buf.sample(8)
     add_llm_items(buf, np.zeros(10), [True] * 10)
-    b = buf.sample(16)  # RL empty: all from LLM, q = 1 * leaf / total
+    b = buf.sample(16)  # RL empty: all 16 rows from the 10 LLM items, q = 1 * leaf / total
     assert b.from_llm.all()
     np.testing.assert_allclose(b.weight, expected_weights(buf, b, 0.4), rtol=2e-6)
+    only_rl = MixedReplayBuffer(D, 300, 100, beta=0.25, seed=1)
+    add_episode(only_rl, 0, 5)
+    add_llm_items(only_rl, np.zeros(4), [False] * 4)  # invalid items are never sampled
+    assert not only_rl.sample(64).from_llm.any()
+    # RL transitions whose priorities are all 0 are not sampleable either (alpha > 0): LLM takes the batch.
+    only_llm = MixedReplayBuffer(D, 300, 100, alpha=0.6, beta=0.25, seed=1)
+    handles = add_episode(only_llm, 0, 5)
+    only_llm.update_priorities(np.array(handles), np.zeros(5))
+    add_llm_items(only_llm, [0.0], [True])
+    assert only_llm.sample(8).from_llm.all()
+
+
+def test_a_small_llm_partition_supplies_one_row_per_valid_item_and_rl_the_rest():
+    buf = MixedReplayBuffer(D, 300, 100, beta=0.25, seed=1)
     for ep in range(8):
         add_episode(buf, ep, 30)
-    b = buf.sample(64)  # LLM holds 10 < 16 = its share: all from RL
-    assert not b.from_llm.any()
+    add_llm_items(buf, np.zeros(10), [True] * 10)
+    b = buf.sample(64)  # nominal share 16 > 10 valid items: 10 LLM rows, 54 RL rows
+    assert list(b.from_llm) == [False] * 54 + [True] * 10
     np.testing.assert_allclose(b.weight, expected_weights(buf, b, 0.4), rtol=2e-6)
-    b = buf.sample(40)  # share 10 <= 10 valid items: nominal split
-    assert b.from_llm.sum() == 10
-    # Invalid LLM items do not count: 10 valid + 20 invalid is still too small for a share of 16.
+    assert buf.sample(40).from_llm.sum() == 10  # share 10 <= 10 valid items: the nominal split
+    assert buf.sample(8).from_llm.sum() == 2
+    # Invalid LLM items do not count: 10 valid + 20 invalid still give at most 10 rows.
     add_llm_items(buf, np.zeros(20), [False] * 20, episode=1)
     assert buf.llm_size == 30 and len(buf) == buf.rl_size + 10
-    assert not buf.sample(64).from_llm.any()
+    b = buf.sample(64)
+    assert b.from_llm.sum() == 10 and b.valid[b.from_llm].all()
 
 
-def test_both_partitions_too_small_keep_the_nominal_split():
+def test_a_short_rl_partition_still_supplies_the_rest_of_the_batch():
     buf = MixedReplayBuffer(D, 20, 10, beta=0.5, seed=1)
     add_episode(buf, 0, 3)
     add_llm_items(buf, [0.0, 1.0], [True, True])
-    b = buf.sample(32)
-    assert b.from_llm.sum() == 16
+    b = buf.sample(32)  # LLM: min(16, 2) = 2 rows; RL: the other 30 rows from its 3 transitions
+    assert b.from_llm.sum() == 2 and set(b.index[~b.from_llm].tolist()) <= {0, 2, 4}
     np.testing.assert_allclose(b.weight, expected_weights(buf, b, 0.4), rtol=2e-6)
+    full = MixedReplayBuffer(D, 20, 40, beta=1.0, seed=1)  # beta = 1 but only 3 LLM items: RL fills the batch
+    add_episode(full, 0, 3)
+    add_llm_items(full, [0.0, 1.0, 2.0], [True] * 3)
+    assert full.sample(32).from_llm.sum() == 3
+
+
+def test_three_llm_items_are_in_every_batch_at_their_stated_probabilities():
+    """Early in training: 3 LLM items, beta 0.25, B 128 -> every batch has 3 LLM rows (not 0)."""
+    B, batches, w = 128, 300, 0.4
+    buf = MixedReplayBuffer(D, 200, 50, alpha=0.6, beta=0.25, tau=1.0, seed=17)
+    for ep in range(4):
+        add_episode(buf, ep, 10)
+    rl_handles = buf.rl_columns()["index"]
+    prio = np.random.default_rng(3).uniform(0.2, 3.0, size=len(rl_handles))
+    buf.update_priorities(rl_handles, prio)
+    improvement = np.array([-0.5, 0.3, 1.0], np.float32)
+    llm_handles = add_llm_items(buf, improvement, [True] * 3)
+    rl_leaf = prio.astype(np.float32).astype(np.float64) ** 0.6
+    llm_leaf = np.exp(improvement.astype(np.float64))
+    # The stated split and probabilities: n_llm = min(round(0.25 * 128), 3) = 3, n_rl = 125.
+    q = dict(zip(rl_handles.tolist(), 125 / B * rl_leaf / rl_leaf.sum()))
+    q.update(zip(llm_handles, 3 / B * llm_leaf / llm_leaf.sum()))
+    assert math.isclose(sum(q.values()), 1.0)
+    counts: dict[int, int] = {}
+    for _ in range(batches):
+        b = buf.sample(B, is_exponent=w)
+        assert b.from_llm.sum() == 3 and not b.from_llm[:125].any()
+        raw = (len(buf) * np.array([q[h] for h in b.index.tolist()])) ** -w
+        np.testing.assert_allclose(b.weight, raw / raw.max(), rtol=2e-6)  # exact for the q actually used
+        for h in b.index.tolist():
+            counts[h] = counts.get(h, 0) + 1
+    handles = list(q)
+    assert chi_square_p(counts, handles, [q[h] for h in handles]) > 1e-3
+    assert chi_square_p({h: counts.get(h, 0) for h in llm_handles}, llm_handles, llm_leaf) > 1e-3  # Eq. 8
+    # Power: the nominal share (32 of 128 rows for 3 items) is clearly rejected.
+    nominal = dict(q)
+    nominal.update(zip(llm_handles, 32 / B * llm_leaf / llm_leaf.sum()))
+    assert chi_square_p(counts, handles, [nominal[h] for h in handles]) < 1e-6
 
 
 def fill_mixed(buf, seed):
@@ -253,21 +307,21 @@ def test_parity_with_the_numpy_reference(seed):
     cap, lcap = int(rng.integers(5, 60)), int(rng.integers(1, 20))
     buf = MixedReplayBuffer(4, cap, lcap, **kw)
     model = ref.ReferenceReplay(4, cap, lcap, **kw)
-    episode, step = 0, 0
+    episode, decision = 0, 0
     prev_next = rng.normal(size=4).astype(np.float32)
     for _ in range(150):
         kind = rng.random()
         if kind < 0.65:
             if rng.random() < 0.15:  # start another episode (sometimes reusing the same observation)
-                episode, step = episode + 1, 0
+                episode, decision = episode + 1, 0
                 if rng.random() < 0.5:
                     prev_next = rng.normal(size=4).astype(np.float32)
             obs = prev_next
             nxt = rng.normal(size=4).astype(np.float32)
             args = (obs, int(rng.integers(0, 9)), float(rng.normal()), nxt, bool(rng.random() < 0.1),
-                    bool(rng.random() < 0.05), episode, step)
+                    bool(rng.random() < 0.05), episode, decision)
             assert buf.add_rl(*args) == model.add_rl(*args)
-            prev_next, step = nxt, step + 1
+            prev_next, decision = nxt, decision + 1
         elif kind < 0.8:
             obs, nxt = rng.normal(size=(2, 4)).astype(np.float32)
             args = (obs, 3, float(rng.normal()), nxt, False, False, 99, int(rng.integers(0, 50)),

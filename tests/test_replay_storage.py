@@ -14,11 +14,11 @@ from ace_hybrid import MixedReplayBuffer
 D = 4
 
 
-def obs_of(episode: int, step: int, salt: float = 0.0) -> np.ndarray:
-    return np.array([episode, step, salt, -1.0], np.float32)
+def obs_of(episode: int, decision: int, salt: float = 0.0) -> np.ndarray:
+    return np.array([episode, decision, salt, -1.0], np.float32)
 
 
-# One "segment" = a run of adds: (episode delta, length, start step, end kind, reset obs salt, step gap).
+# One "segment" = a run of adds: (episode delta, length, start decision, end kind, reset obs salt, decision gap).
 segment = st.tuples(
     st.integers(0, 2),  # 0: same episode continues (if possible), else a new or revisited episode id
     st.integers(1, 9),
@@ -35,19 +35,19 @@ segment = st.tuples(
 def test_every_transition_gets_back_the_next_obs_it_was_given(capacity, segments, seed):
     buf = MixedReplayBuffer(D, capacity, 2, seed=seed)
     given_pairs: dict[int, tuple[np.ndarray, np.ndarray, bool, bool]] = {}
-    episode, step, pending = 0, 0, None
+    episode, decision, pending = 0, 0, None
     for delta, length, gap, end, reset in segments:
         episode += delta
-        step += gap
+        decision += gap
         for t in range(length):
             reuse = pending is not None and t == 0 and not reset and gap == 0
-            obs = pending if reuse else obs_of(episode, step, 0.25)
-            nxt = obs_of(episode, step + 1, float(t))
+            obs = pending if reuse else obs_of(episode, decision, 0.25)
+            nxt = obs_of(episode, decision + 1, float(t))
             last = t == length - 1
             done, trunc = last and end == "done", last and end == "truncated"
-            h = buf.add_rl(obs, 1, 0.0, nxt, done, trunc, episode, step)
+            h = buf.add_rl(obs, 1, 0.0, nxt, done, trunc, episode, decision)
             given_pairs[h] = (obs.copy(), nxt.copy(), done, trunc)
-            pending, step = nxt, step + 1
+            pending, decision = nxt, decision + 1
     assert buf.check_invariants() == ""
     cols = buf.rl_columns()
     assert len(cols["index"]) == buf.rl_size == len(buf)
@@ -74,28 +74,28 @@ def test_chained_episode_stores_each_observation_once():
     assert buf.rl_size == 30  # 31 slots: one per observation
     for t in range(75):
         buf.add_rl(obs_of(1, t), 0, 0.0, obs_of(1, t + 1), False, False, 1, t)
-    # 31 + 76 = 107 slots written into 100: positions 0..6 (steps 0..6 of episode 0) are overwritten.
+    # 31 + 76 = 107 slots written into 100: positions 0..6 (decisions 0..6 of episode 0) are overwritten.
     assert buf.rl_size == 23 + 75
     cols = buf.rl_columns()
-    assert cols["step"][0] == 7 and cols["episode"][0] == 0
+    assert cols["decision"][0] == 7 and cols["episode"][0] == 0
     assert cols["index"][0] == 7 << 1
 
 
 @pytest.mark.parametrize(
     "change",
-    ["episode", "step", "obs", "after_done", "after_truncated"],
+    ["episode", "decision", "obs", "after_done", "after_truncated"],
 )
 def test_broken_chain_starts_a_fresh_slot(change):
     buf = MixedReplayBuffer(D, 50, 1)
     buf.add_rl(obs_of(0, 0), 0, 0.0, obs_of(0, 1), change == "after_done", change == "after_truncated", 0, 0)
-    ep, step, obs = 0, 1, obs_of(0, 1)
+    ep, decision, obs = 0, 1, obs_of(0, 1)
     if change == "episode":
         ep = 1
-    elif change == "step":
-        step = 2
+    elif change == "decision":
+        decision = 2
     elif change == "obs":
         obs = obs_of(0, 1) + np.float32(1e-6)
-    h = buf.add_rl(obs, 0, 0.0, obs_of(0, 2), False, False, ep, step)
+    h = buf.add_rl(obs, 0, 0.0, obs_of(0, 2), False, False, ep, decision)
     assert h >> 1 == 2  # a fresh slot after the first transition's two slots
     got = buf.get(np.array([0, h]))
     np.testing.assert_array_equal(got.next_obs[0], obs_of(0, 1))
@@ -139,7 +139,7 @@ def test_reward_updates_keep_the_original_reward():
     np.testing.assert_array_equal(cols["reward"], [0.0, 11.0, 2.0, 30.0, 4.0])
     np.testing.assert_array_equal(cols["original_reward"], [0.0, 1.0, 2.0, 3.0, 4.0])
     np.testing.assert_array_equal(cols["episode"], [0] * 5)
-    np.testing.assert_array_equal(cols["step"], np.arange(5))
+    np.testing.assert_array_equal(cols["decision"], np.arange(5))
     np.testing.assert_array_equal(cols["action"], np.arange(5))
     assert cols["index"].tolist() == hs
 
@@ -175,12 +175,12 @@ ops = st.lists(
 def test_trees_stay_consistent_under_random_add_and_update_streams(capacity, llm_capacity, alpha, stream):
     buf = MixedReplayBuffer(D, capacity, llm_capacity, alpha=alpha, tau=0.7)
     issued: list[int] = []
-    step = 0
+    decision = 0
     for op in stream:
         if op[0] == "rl":
             ep, done = op[1], op[2]
-            issued.append(buf.add_rl(obs_of(ep, step), 0, 0.0, obs_of(ep, step + 1), done, False, ep, step))
-            step += 1
+            issued.append(buf.add_rl(obs_of(ep, decision), 0, 0.0, obs_of(ep, decision + 1), done, False, ep, decision))
+            decision += 1
         elif op[0] == "llm":
             issued.append(buf.add_llm(obs_of(0, 0), 0, 0.0, obs_of(0, 1), False, False, 0, 0, op[1], op[2]))
         elif issued:
@@ -214,3 +214,18 @@ def test_rl_partition_uses_at_most_1_1_times_the_observation_bytes_per_transitio
     assert buf.rl_size >= capacity - capacity // length - 2
     per_transition = buf.rl_nbytes / buf.rl_size
     assert per_transition <= 1.1 * obs_dim * 4, per_transition
+
+
+def test_the_decision_index_is_named_decision_everywhere():
+    """The training loop stores one transition per decision, so the column is ``decision``, not ``step``."""
+    buf = MixedReplayBuffer(D, 20, 4)
+    h = buf.add_rl(obs_of(0, 0), 0, 0.0, obs_of(0, 1), False, False, episode=0, decision=0)
+    buf.add_rl_batch(obs_of(0, 1)[None], np.zeros(1, np.int64), np.zeros(1), obs_of(0, 2)[None], np.zeros(1, bool),
+                     np.zeros(1, bool), episode=np.zeros(1, np.int64), decision=np.ones(1, np.int64))
+    buf.add_llm(obs_of(1, 0), 0, 0.0, obs_of(1, 1), False, False, episode=1, decision=5, improvement=0.0,
+                valid=True)
+    assert buf.rl_size == 2 and buf.rl_columns()["decision"].tolist() == [0, 1]
+    assert "step" not in buf.rl_columns()
+    assert "decision" in buf.get(np.array([h]))._fields and "step" not in buf.sample(4)._fields
+    with pytest.raises(TypeError):
+        buf.add_rl(obs_of(0, 2), 0, 0.0, obs_of(0, 3), False, False, episode=0, step=2)

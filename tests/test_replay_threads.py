@@ -56,7 +56,7 @@ def test_one_writer_and_one_sampler_keep_the_buffer_consistent():
                     errors.append("an RL transition was paired with a wrong next observation")
                 if not np.array_equal(b.next_obs[rl, 0], b.obs[rl, 0]):
                     errors.append("an RL transition was paired with another episode's observation")
-                if not np.array_equal(b.step[rl], b.obs[rl, 1].astype(np.int64)):
+                if not np.array_equal(b.decision[rl], b.obs[rl, 1].astype(np.int64)):
                     errors.append("row fields do not belong to the row's observation")
                 buf.update_priorities(b.index, rng.uniform(0.1, 2.0, size=128))
                 buf.update_rewards(b.index[:8], np.zeros(8))

@@ -98,7 +98,7 @@ struct PooledBlock {
 // Output columns of a batch of n rows, allocated with the GIL held.
 struct BatchArrays {
     py::array_t<float> obs, reward, next_obs, weight, original_reward, improvement;
-    py::array_t<std::int64_t> action, index, episode, step;
+    py::array_t<std::int64_t> action, index, episode, decision;
     py::array_t<bool> done, truncated, from_llm, valid;
 
     BatchArrays(py::ssize_t n, py::ssize_t d) {
@@ -132,7 +132,7 @@ struct BatchArrays {
         action = py::array_t<std::int64_t>(n, reinterpret_cast<std::int64_t*>(take(i_bytes)), owner);
         index = py::array_t<std::int64_t>(n, reinterpret_cast<std::int64_t*>(take(i_bytes)), owner);
         episode = py::array_t<std::int64_t>(n, reinterpret_cast<std::int64_t*>(take(i_bytes)), owner);
-        step = py::array_t<std::int64_t>(n, reinterpret_cast<std::int64_t*>(take(i_bytes)), owner);
+        decision = py::array_t<std::int64_t>(n, reinterpret_cast<std::int64_t*>(take(i_bytes)), owner);
         done = py::array_t<bool>(n, reinterpret_cast<bool*>(take(b_bytes)), owner);
         truncated = py::array_t<bool>(n, reinterpret_cast<bool*>(take(b_bytes)), owner);
         from_llm = py::array_t<bool>(n, reinterpret_cast<bool*>(take(b_bytes)), owner);
@@ -152,7 +152,7 @@ struct BatchArrays {
                         from_llm.mutable_data(),
                         original_reward.mutable_data(),
                         episode.mutable_data(),
-                        step.mutable_data(),
+                        decision.mutable_data(),
                         improvement.mutable_data(),
                         valid.mutable_data()};
     }
@@ -160,7 +160,7 @@ struct BatchArrays {
     // Field order of ace_hybrid.replay.ReplayBatch.
     py::tuple as_tuple() const {
         return py::make_tuple(obs, action, reward, next_obs, done, truncated, weight, index, from_llm,
-                              original_reward, episode, step, improvement, valid);
+                              original_reward, episode, decision, improvement, valid);
     }
 };
 
@@ -185,7 +185,7 @@ struct BatchInputs {
     carray<double> reward;  // double in, checked, then narrowed: a float32 overflow is a ValueError, not a cast
     carray<float> next_obs;
     carray<double> improvement;
-    carray<std::int64_t> action, episode, step;
+    carray<std::int64_t> action, episode, decision;
     carray<bool> done, truncated, valid;
 };
 
@@ -206,7 +206,7 @@ py::ssize_t check_batch_inputs(BatchInputs& b, std::size_t d, bool llm) {
     vec(b.done, "done");
     vec(b.truncated, "truncated");
     vec(b.episode, "episode");
-    vec(b.step, "step");
+    vec(b.decision, "decision");
     if (llm) {
         vec(b.improvement, "improvement");
         vec(b.valid, "valid");
@@ -243,7 +243,7 @@ TransitionsIn transitions_of(const BatchInputs& b, std::size_t n, std::size_t d,
     in.done = b.done.data();
     in.truncated = b.truncated.data();
     in.episode = b.episode.data();
-    in.step = b.step.data();
+    in.decision = b.decision.data();
     if (llm) {
         in.improvement = improvement.data();
         in.valid = b.valid.data();
@@ -253,7 +253,7 @@ TransitionsIn transitions_of(const BatchInputs& b, std::size_t n, std::size_t d,
 
 py::array_t<std::int64_t> add_batch(MixedReplay& self, bool llm, const carray<float>& obs, const py::array& action,
                                     const carray<double>& reward, const carray<float>& next_obs, const py::array& done,
-                                    const py::array& truncated, const py::array& episode, const py::array& step,
+                                    const py::array& truncated, const py::array& episode, const py::array& decision,
                                     const carray<double>& improvement, const py::array& valid) {
     BatchInputs b{obs,
                   reward,
@@ -261,7 +261,7 @@ py::array_t<std::int64_t> add_batch(MixedReplay& self, bool llm, const carray<fl
                   improvement,
                   checks::require_integer_array<std::int64_t>(action, "action", 0, kMaxAction),
                   int64_column(episode, "episode"),  // ranges checked by the core, naming the row
-                  int64_column(step, "step"),
+                  int64_column(decision, "decision"),
                   bool_column(done, "done"),
                   bool_column(truncated, "truncated"),
                   llm ? bool_column(valid, "valid") : carray<bool>(0)};
@@ -282,8 +282,8 @@ py::array_t<std::int64_t> add_batch(MixedReplay& self, bool llm, const carray<fl
 }
 
 std::int64_t add_one(MixedReplay& self, bool llm, const carray<float>& obs, std::int64_t action, double reward,
-                     const carray<float>& next_obs, bool done, bool truncated, std::int64_t episode, std::int64_t step,
-                     double improvement, bool valid) {
+                     const carray<float>& next_obs, bool done, bool truncated, std::int64_t episode,
+                     std::int64_t decision, double improvement, bool valid) {
     const std::size_t d = static_cast<std::size_t>(self.config().obs_dim);
     checks::require_ndim(obs, "obs", 1);
     checks::require_dim(obs, "obs", 0, static_cast<py::ssize_t>(d));
@@ -312,7 +312,7 @@ std::int64_t add_one(MixedReplay& self, bool llm, const carray<float>& obs, std:
     in.done = &done;
     in.truncated = &truncated;
     in.episode = &episode;
-    in.step = &step;
+    in.decision = &decision;
     in.improvement = &imp;
     in.valid = &valid;
     std::int64_t handle = -1;
@@ -371,39 +371,39 @@ Thread-safe for concurrent writer and sampler threads; batched calls release the
     cls.def(
         "add_rl",
         [](MixedReplay& self, const carray<float>& obs, std::int64_t action, double reward,
-           const carray<float>& next_obs, bool done, bool truncated, std::int64_t episode, std::int64_t step) {
-            return add_one(self, false, obs, action, reward, next_obs, done, truncated, episode, step, 0.0, false);
+           const carray<float>& next_obs, bool done, bool truncated, std::int64_t episode, std::int64_t decision) {
+            return add_one(self, false, obs, action, reward, next_obs, done, truncated, episode, decision, 0.0, false);
         },
         py::arg("obs"), py::arg("action"), py::arg("reward"), py::arg("next_obs"), py::arg("done").noconvert(),
-        py::arg("truncated").noconvert(), py::arg("episode"), py::arg("step"),
+        py::arg("truncated").noconvert(), py::arg("episode"), py::arg("decision"),
         "Adds one RL transition; returns its handle (int). obs, next_obs: (obs_dim,) float32; action >= 0; "
-        "episode, step in [0, 2^31 - 1]; done, truncated: bool (or numpy.bool_). Continues the stored episode "
-        "(one new observation slot) when episode "
-        "matches, step is the previous step + 1, the previous transition was neither done nor truncated and obs "
-        "equals the stored next observation bit for bit; otherwise uses two new slots.");
+        "episode, decision in [0, 2^31 - 1] (decision: the index of the agent's decision within its episode); "
+        "done, truncated: bool (or numpy.bool_). Continues the stored episode (one new observation slot) when "
+        "episode matches, decision is the previous decision + 1, the previous transition was neither done nor "
+        "truncated and obs equals the stored next observation bit for bit; otherwise uses two new slots.");
     cls.def(
         "add_rl_batch",
         [](MixedReplay& self, const carray<float>& obs, const py::array& action, const carray<double>& reward,
            const carray<float>& next_obs, const py::array& done, const py::array& truncated,
-           const py::array& episode, const py::array& step) {
-            return add_batch(self, false, obs, action, reward, next_obs, done, truncated, episode, step,
+           const py::array& episode, const py::array& decision) {
+            return add_batch(self, false, obs, action, reward, next_obs, done, truncated, episode, decision,
                              carray<double>(0), py::array());
         },
         py::arg("obs"), py::arg("action"), py::arg("reward"), py::arg("next_obs"), py::arg("done"),
-        py::arg("truncated"), py::arg("episode"), py::arg("step"),
+        py::arg("truncated"), py::arg("episode"), py::arg("decision"),
         "Adds n RL transitions in order (same rules as add_rl); returns their handles, (n,) int64. obs, next_obs: "
-        "(n, obs_dim) float32; action, episode, step: (n,) integer; reward: (n,) float; done, truncated: (n,) bool. "
-        "Nothing is stored if any argument is invalid.");
+        "(n, obs_dim) float32; action, episode, decision: (n,) integer; reward: (n,) float; done, truncated: (n,) "
+        "bool. Nothing is stored if any argument is invalid.");
     cls.def(
         "add_llm",
         [](MixedReplay& self, const carray<float>& obs, std::int64_t action, double reward,
-           const carray<float>& next_obs, bool done, bool truncated, std::int64_t episode, std::int64_t step,
+           const carray<float>& next_obs, bool done, bool truncated, std::int64_t episode, std::int64_t decision,
            double improvement, bool valid) {
-            return add_one(self, true, obs, action, reward, next_obs, done, truncated, episode, step, improvement,
+            return add_one(self, true, obs, action, reward, next_obs, done, truncated, episode, decision, improvement,
                            valid);
         },
         py::arg("obs"), py::arg("action"), py::arg("reward"), py::arg("next_obs"), py::arg("done").noconvert(),
-        py::arg("truncated").noconvert(), py::arg("episode"), py::arg("step"), py::arg("improvement"),
+        py::arg("truncated").noconvert(), py::arg("episode"), py::arg("decision"), py::arg("improvement"),
         py::arg("valid").noconvert(),
         "Adds one LLM-refined transition with its improvement r_hat - r and validation flag I_v; returns its "
         "handle. Sampled with weight valid * exp(clip(improvement / tau, -60, 60)); invalid items are never "
@@ -412,13 +412,13 @@ Thread-safe for concurrent writer and sampler threads; batched calls release the
         "add_llm_batch",
         [](MixedReplay& self, const carray<float>& obs, const py::array& action, const carray<double>& reward,
            const carray<float>& next_obs, const py::array& done, const py::array& truncated,
-           const py::array& episode, const py::array& step, const carray<double>& improvement,
+           const py::array& episode, const py::array& decision, const carray<double>& improvement,
            const py::array& valid) {
-            return add_batch(self, true, obs, action, reward, next_obs, done, truncated, episode, step, improvement,
+            return add_batch(self, true, obs, action, reward, next_obs, done, truncated, episode, decision, improvement,
                              valid);
         },
         py::arg("obs"), py::arg("action"), py::arg("reward"), py::arg("next_obs"), py::arg("done"),
-        py::arg("truncated"), py::arg("episode"), py::arg("step"), py::arg("improvement"), py::arg("valid"),
+        py::arg("truncated"), py::arg("episode"), py::arg("decision"), py::arg("improvement"), py::arg("valid"),
         "Adds n LLM transitions (columns as in add_rl_batch plus improvement (n,) float and valid (n,) bool); "
         "returns their handles, (n,) int64.");
 
@@ -497,7 +497,7 @@ Thread-safe for concurrent writer and sampler threads; batched calls release the
             py::dict d;
             d["index"] = py::array_t<std::int64_t>(n, c.index.data());
             d["episode"] = py::array_t<std::int64_t>(n, c.episode.data());
-            d["step"] = py::array_t<std::int64_t>(n, c.step.data());
+            d["decision"] = py::array_t<std::int64_t>(n, c.decision.data());
             d["reward"] = py::array_t<float>(n, c.reward.data());
             d["original_reward"] = py::array_t<float>(n, c.original_reward.data());
             d["action"] = py::array_t<std::int64_t>(n, c.action.data());
@@ -561,8 +561,9 @@ Thread-safe for concurrent writer and sampler threads; batched calls release the
             raise_os_error(e);
         }
     }, py::arg("path"),
-            "Writes the whole buffer (contents, trees, pointers, generator state) to path atomically (temporary "
-            "file, fsync, rename) with a versioned header and a checksum. OSError if it cannot be written.");
+            "Writes the buffer (configuration, pointers, generator state and the slots in use with their "
+            "priorities; never the unused capacity) to path atomically (temporary file, fsync, rename) with a "
+            "versioned header and a checksum. OSError if it cannot be written.");
     cls.def("_load", [](MixedReplay& self, const std::string& path) {
         try {
             py::gil_scoped_release release;
@@ -571,12 +572,14 @@ Thread-safe for concurrent writer and sampler threads; batched calls release the
             raise_os_error(e);
         }
     }, py::arg("path"),
-            "Replaces this buffer's whole state with the file's (use MixedReplayBuffer.load). ValueError naming "
-            "the file and the problem for a bad file (this buffer is then unchanged); OSError if unreadable.");
+            "Replaces this buffer's whole state with the file's, format version 2 or 3 (use "
+            "MixedReplayBuffer.load). ValueError naming the file and the problem (for contents: the column, slot "
+            "and value) for a bad file (this buffer is then unchanged); OSError if unreadable.");
     cls.def("check_invariants", [](const MixedReplay& self) {
         py::gil_scoped_release release;
         return self.check_invariants();
-    }, "'' if the buffer is consistent (trees equal their rebuilds, counters match), else a description. O(C).");
+    }, "'' if the buffer is consistent (the checks load applies: stored values an add accepts, trees equal their "
+       "rebuilds, leaves match priorities and I_v, counters match), else a description. O(capacity * obs_dim).");
     cls.def("_tree_snapshot", [](const MixedReplay& self) {
         std::vector<double> rl, llm;
         std::vector<float> prio;

@@ -18,18 +18,18 @@ constexpr std::size_t kD = 3;
 struct Out {
     explicit Out(std::size_t n)
         : obs(n * kD), next(n * kD), reward(n), weight(n), orig(n), imp(n), action(n), index(n), episode(n),
-          step(n), done(new bool[n]), trunc(new bool[n]), llm(new bool[n]), valid(new bool[n]) {}
+          decision(n), done(new bool[n]), trunc(new bool[n]), llm(new bool[n]), valid(new bool[n]) {}
     std::vector<float> obs, next, reward, weight, orig, imp;
-    std::vector<std::int64_t> action, index, episode, step;
+    std::vector<std::int64_t> action, index, episode, decision;
     std::unique_ptr<bool[]> done, trunc, llm, valid;
     BatchOut out() {
         return BatchOut{kD, obs.data(), action.data(), reward.data(), next.data(), done.get(), trunc.get(),
-                        weight.data(), index.data(), llm.get(), orig.data(), episode.data(), step.data(),
+                        weight.data(), index.data(), llm.get(), orig.data(), episode.data(), decision.data(),
                         imp.data(), valid.get()};
     }
 };
 
-// Adds one RL transition whose observations encode (episode, step).
+// Adds one RL transition whose observations encode (episode, decision).
 std::int64_t add(MixedReplay& r, std::int64_t ep, std::int64_t t, bool done = false, bool trunc = false) {
     const float obs[kD] = {static_cast<float>(ep), static_cast<float>(t), 0.f};
     const float nxt[kD] = {static_cast<float>(ep), static_cast<float>(t + 1), 0.f};
@@ -45,9 +45,34 @@ std::int64_t add(MixedReplay& r, std::int64_t ep, std::int64_t t, bool done = fa
     in.done = &done;
     in.truncated = &trunc;
     in.episode = &ep;
-    in.step = &t;
+    in.decision = &t;
     std::int64_t h = -1;
     r.add_rl(in, &h);
+    return h;
+}
+
+// Adds one LLM transition with the given improvement and validation flag.
+std::int64_t add_llm(MixedReplay& r, std::int64_t i, float improvement, bool valid) {
+    const float obs[kD] = {9.f, static_cast<float>(i), 1.f};
+    const float nxt[kD] = {9.f, static_cast<float>(i + 1), 1.f};
+    const std::int64_t action = i, episode = 9;
+    const float reward = 0.f;
+    const bool no = false;
+    TransitionsIn in;
+    in.n = 1;
+    in.obs_dim = kD;
+    in.obs = obs;
+    in.next_obs = nxt;
+    in.action = &action;
+    in.reward = &reward;
+    in.done = &no;
+    in.truncated = &no;
+    in.episode = &episode;
+    in.decision = &i;
+    in.improvement = &improvement;
+    in.valid = &valid;
+    std::int64_t h = -1;
+    r.add_llm(in, &h);
     return h;
 }
 
@@ -74,6 +99,28 @@ ACE_TEST(replay_rejects_bad_configs) {
     CHECK_THROWS(MixedReplay(c, 0), std::invalid_argument);
 }
 
+ACE_TEST(replay_refuses_negative_actions_from_any_caller) {
+    MixedReplay r(config(), 0);
+    const float obs[kD] = {0.f, 0.f, 0.f};
+    const std::int64_t action = -1, ep = 0, decision = 0;
+    const float reward = 0.f;
+    const bool no = false;
+    TransitionsIn in;
+    in.n = 1;
+    in.obs_dim = kD;
+    in.obs = obs;
+    in.next_obs = obs;
+    in.action = &action;
+    in.reward = &reward;
+    in.done = &no;
+    in.truncated = &no;
+    in.episode = &ep;
+    in.decision = &decision;
+    std::int64_t h = -1;
+    CHECK_THROWS(r.add_rl(in, &h), std::invalid_argument);  // the invariant load() checks holds for C++ callers too
+    CHECK(r.rl_size() == 0 && r.check_invariants().empty());
+}
+
 ACE_TEST(replay_chains_observations_and_pairs_next_obs_across_wrap) {
     MixedReplay r(config(7), 1);
     std::vector<std::int64_t> handles;
@@ -85,9 +132,9 @@ ACE_TEST(replay_chains_observations_and_pairs_next_obs_across_wrap) {
     r.sample(64, 0.4, o.out());
     for (std::size_t i = 0; i < 64; ++i) {
         CHECK(o.obs[i * kD] == o.next[i * kD]);              // same episode
-        CHECK(o.obs[i * kD + 1] + 1 == o.next[i * kD + 1]);  // next step
-        CHECK(o.step[i] == static_cast<std::int64_t>(o.obs[i * kD + 1]));
-        CHECK(o.done[i] == (o.step[i] == 3));
+        CHECK(o.obs[i * kD + 1] + 1 == o.next[i * kD + 1]);  // next decision
+        CHECK(o.decision[i] == static_cast<std::int64_t>(o.obs[i * kD + 1]));
+        CHECK(o.done[i] == (o.decision[i] == 3));
     }
     std::size_t live = 0;
     for (auto h : handles) {
@@ -100,6 +147,37 @@ ACE_TEST(replay_chains_observations_and_pairs_next_obs_across_wrap) {
         }
     }
     CHECK(live == r.rl_size());
+}
+
+ACE_TEST(replay_llm_partition_is_sampled_from_its_first_valid_item) {
+    ReplayConfig c = config(200, 8);
+    c.beta = 0.25;
+    MixedReplay r(c, 3);
+    for (int ep = 0; ep < 4; ++ep)
+        for (int t = 0; t < 10; ++t) add(r, ep, t, t == 9);
+    Out o(128);
+    add_llm(r, 0, 0.5f, false);  // invalid items are never sampled: the batch stays RL only
+    r.sample(128, 0.4, o.out());
+    for (std::size_t i = 0; i < 128; ++i) CHECK(!o.llm[i]);
+    add_llm(r, 1, 0.5f, true);
+    add_llm(r, 2, -1.0f, true);
+    add_llm(r, 3, 2.0f, true);
+    for (int k = 0; k < 20; ++k) {
+        r.sample(128, 1.0, o.out());
+        std::size_t from_llm = 0;
+        for (std::size_t i = 0; i < 128; ++i) from_llm += o.llm[i] ? 1 : 0;
+        CHECK(from_llm == 3);  // min(round(0.25 * 128), 3 valid items), RL rows first
+        for (std::size_t i = 0; i < 125; ++i) CHECK(!o.llm[i]);
+    }
+    for (int t = 4; t < 40; ++t) add_llm(r, t, 0.0f, true);  // 8 valid live items (capacity 8)
+    r.sample(128, 0.4, o.out());
+    std::size_t from_llm = 0;
+    for (std::size_t i = 0; i < 128; ++i) from_llm += o.llm[i] ? 1 : 0;
+    CHECK(from_llm == 8);
+    r.sample(16, 0.4, o.out());
+    from_llm = 0;
+    for (std::size_t i = 0; i < 16; ++i) from_llm += o.llm[i] ? 1 : 0;
+    CHECK(from_llm == 4);  // the nominal share once the partition holds enough
 }
 
 ACE_TEST(replay_stale_handles_are_skipped_by_updates) {
@@ -130,6 +208,15 @@ ACE_TEST(replay_save_load_round_trip_and_corruption) {
     a.sample(16, 0.4, oa.out());
     b.sample(16, 0.4, ob.out());
     CHECK(oa.index == ob.index && oa.obs == ob.obs && oa.weight == ob.weight);
+    // Only the used slots are written: the same adds into a much larger buffer give a file of the same size.
+    MixedReplay big(config(5000, 3000), 5);
+    for (int t = 0; t < 9; ++t) add(big, 2, t);
+    const std::string big_path = "/tmp/ace_replay_cpp_test_big.bin";
+    big.save(big_path);
+    auto file_size = [](const std::string& p) { return std::ifstream(p, std::ios::binary | std::ios::ate).tellg(); };
+    CHECK(file_size(big_path) == file_size(path));
+    CHECK(file_size(path) < static_cast<std::streamoff>(200 + 10 * (4 * kD + 64)));  // 10 used slots
+    std::remove(big_path.c_str());
     // Flip one byte in the middle: checksum mismatch, b unchanged.
     {
         std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);

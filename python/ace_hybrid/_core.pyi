@@ -31,7 +31,7 @@ class MixedReplay:
         """
     def _load(self, path: str) -> None:
         """
-        Replaces this buffer's whole state with the file's (use MixedReplayBuffer.load). ValueError naming the file and the problem for a bad file (this buffer is then unchanged); OSError if unreadable.
+        Replaces this buffer's whole state with the file's, format version 2 or 3 (use MixedReplayBuffer.load). ValueError naming the file and the problem (for contents: the column, slot and value) for a bad file (this buffer is then unchanged); OSError if unreadable.
         """
     def _rl_columns(self) -> dict:
         """
@@ -45,25 +45,25 @@ class MixedReplay:
         """
         Copies of the sum-tree leaves and roots and the RL priorities (tests and diagnostics).
         """
-    def add_llm(self, obs: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], action: typing.SupportsInt | typing.SupportsIndex, reward: typing.SupportsFloat | typing.SupportsIndex, next_obs: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], done: bool, truncated: bool, episode: typing.SupportsInt | typing.SupportsIndex, step: typing.SupportsInt | typing.SupportsIndex, improvement: typing.SupportsFloat | typing.SupportsIndex, valid: bool) -> int:
+    def add_llm(self, obs: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], action: typing.SupportsInt | typing.SupportsIndex, reward: typing.SupportsFloat | typing.SupportsIndex, next_obs: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], done: bool, truncated: bool, episode: typing.SupportsInt | typing.SupportsIndex, decision: typing.SupportsInt | typing.SupportsIndex, improvement: typing.SupportsFloat | typing.SupportsIndex, valid: bool) -> int:
         """
         Adds one LLM-refined transition with its improvement r_hat - r and validation flag I_v; returns its handle. Sampled with weight valid * exp(clip(improvement / tau, -60, 60)); invalid items are never sampled.
         """
-    def add_llm_batch(self, obs: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], action: numpy.ndarray[typing.Any, numpy.dtype[typing.Any]], reward: typing.Annotated[numpy.typing.ArrayLike, numpy.float64], next_obs: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], done: numpy.ndarray[typing.Any, numpy.dtype[typing.Any]], truncated: numpy.ndarray[typing.Any, numpy.dtype[typing.Any]], episode: numpy.ndarray[typing.Any, numpy.dtype[typing.Any]], step: numpy.ndarray[typing.Any, numpy.dtype[typing.Any]], improvement: typing.Annotated[numpy.typing.ArrayLike, numpy.float64], valid: numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]) -> numpy.typing.NDArray[numpy.int64]:
+    def add_llm_batch(self, obs: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], action: numpy.ndarray[typing.Any, numpy.dtype[typing.Any]], reward: typing.Annotated[numpy.typing.ArrayLike, numpy.float64], next_obs: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], done: numpy.ndarray[typing.Any, numpy.dtype[typing.Any]], truncated: numpy.ndarray[typing.Any, numpy.dtype[typing.Any]], episode: numpy.ndarray[typing.Any, numpy.dtype[typing.Any]], decision: numpy.ndarray[typing.Any, numpy.dtype[typing.Any]], improvement: typing.Annotated[numpy.typing.ArrayLike, numpy.float64], valid: numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]) -> numpy.typing.NDArray[numpy.int64]:
         """
         Adds n LLM transitions (columns as in add_rl_batch plus improvement (n,) float and valid (n,) bool); returns their handles, (n,) int64.
         """
-    def add_rl(self, obs: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], action: typing.SupportsInt | typing.SupportsIndex, reward: typing.SupportsFloat | typing.SupportsIndex, next_obs: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], done: bool, truncated: bool, episode: typing.SupportsInt | typing.SupportsIndex, step: typing.SupportsInt | typing.SupportsIndex) -> int:
+    def add_rl(self, obs: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], action: typing.SupportsInt | typing.SupportsIndex, reward: typing.SupportsFloat | typing.SupportsIndex, next_obs: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], done: bool, truncated: bool, episode: typing.SupportsInt | typing.SupportsIndex, decision: typing.SupportsInt | typing.SupportsIndex) -> int:
         """
-        Adds one RL transition; returns its handle (int). obs, next_obs: (obs_dim,) float32; action >= 0; episode, step in [0, 2^31 - 1]; done, truncated: bool (or numpy.bool_). Continues the stored episode (one new observation slot) when episode matches, step is the previous step + 1, the previous transition was neither done nor truncated and obs equals the stored next observation bit for bit; otherwise uses two new slots.
+        Adds one RL transition; returns its handle (int). obs, next_obs: (obs_dim,) float32; action >= 0; episode, decision in [0, 2^31 - 1] (decision: the index of the agent's decision within its episode); done, truncated: bool (or numpy.bool_). Continues the stored episode (one new observation slot) when episode matches, decision is the previous decision + 1, the previous transition was neither done nor truncated and obs equals the stored next observation bit for bit; otherwise uses two new slots.
         """
-    def add_rl_batch(self, obs: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], action: numpy.ndarray[typing.Any, numpy.dtype[typing.Any]], reward: typing.Annotated[numpy.typing.ArrayLike, numpy.float64], next_obs: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], done: numpy.ndarray[typing.Any, numpy.dtype[typing.Any]], truncated: numpy.ndarray[typing.Any, numpy.dtype[typing.Any]], episode: numpy.ndarray[typing.Any, numpy.dtype[typing.Any]], step: numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]) -> numpy.typing.NDArray[numpy.int64]:
+    def add_rl_batch(self, obs: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], action: numpy.ndarray[typing.Any, numpy.dtype[typing.Any]], reward: typing.Annotated[numpy.typing.ArrayLike, numpy.float64], next_obs: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], done: numpy.ndarray[typing.Any, numpy.dtype[typing.Any]], truncated: numpy.ndarray[typing.Any, numpy.dtype[typing.Any]], episode: numpy.ndarray[typing.Any, numpy.dtype[typing.Any]], decision: numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]) -> numpy.typing.NDArray[numpy.int64]:
         """
-        Adds n RL transitions in order (same rules as add_rl); returns their handles, (n,) int64. obs, next_obs: (n, obs_dim) float32; action, episode, step: (n,) integer; reward: (n,) float; done, truncated: (n,) bool. Nothing is stored if any argument is invalid.
+        Adds n RL transitions in order (same rules as add_rl); returns their handles, (n,) int64. obs, next_obs: (n, obs_dim) float32; action, episode, decision: (n,) integer; reward: (n,) float; done, truncated: (n,) bool. Nothing is stored if any argument is invalid.
         """
     def check_invariants(self) -> str:
         """
-        '' if the buffer is consistent (trees equal their rebuilds, counters match), else a description. O(C).
+        '' if the buffer is consistent (the checks load applies: stored values an add accepts, trees equal their rebuilds, leaves match priorities and I_v, counters match), else a description. O(capacity * obs_dim).
         """
     def get_rng_state(self) -> tuple[int, int, int, int]:
         """
@@ -71,7 +71,7 @@ class MixedReplay:
         """
     def save(self, path: str) -> None:
         """
-        Writes the whole buffer (contents, trees, pointers, generator state) to path atomically (temporary file, fsync, rename) with a versioned header and a checksum. OSError if it cannot be written.
+        Writes the buffer (configuration, pointers, generator state and the slots in use with their priorities; never the unused capacity) to path atomically (temporary file, fsync, rename) with a versioned header and a checksum. OSError if it cannot be written.
         """
     def set_rng_state(self, state: tuple) -> None:
         """

@@ -1,11 +1,14 @@
 """Mixed prioritised replay for ACE (arXiv 2506.02522, Eq. 8), backed by the C++ core.
 
-A batch of size B takes ``round((1 - beta) B)`` transitions (``floor(x + 0.5)``) from the RL partition by
-proportional prioritised replay (Schaul et al., 2016: probability proportional to ``priority ** alpha``;
-new transitions get the current maximum priority) and the rest from the LLM partition with probability
-proportional to ``I_v * exp((r_hat - r) / tau)``. Each batch carries importance-sampling weights
-``(N q_i) ** -w`` normalised by their maximum over the batch, where ``q_i`` is the probability that one draw
-of this batch picks item ``i`` and ``N = len(buffer)``.
+A batch of size B takes ``n_llm = min(B - floor((1 - beta) B + 0.5), K)`` rows from the LLM partition, where
+``K`` is its number of valid items (``I_v = 1``), with probability proportional to ``I_v * exp((r_hat - r) /
+tau)``, and the other ``B - n_llm`` rows from the RL partition by proportional prioritised replay (Schaul et
+al., 2016: probability proportional to ``priority ** alpha``; new transitions get the current maximum
+priority). So refined transitions are replayed from the first one on, never more rows than there are items;
+a partition with nothing sampleable gives the whole batch to the other. Each batch carries
+importance-sampling weights ``(N q_i) ** -w`` normalised by their maximum over the batch, where
+``q_i = (n_part / B) * weight_i / total_part`` is the probability that one draw of this batch picks item ``i``
+and ``N = len(buffer)``.
 
 Items are named by int64 handles ``(write position << 1) | partition`` (0 RL, 1 LLM). A handle whose slot has
 been overwritten since it was issued is stale: :meth:`MixedReplayBuffer.update_priorities` and
@@ -47,7 +50,9 @@ class ReplayBatch(NamedTuple):
         True for rows drawn from the LLM partition.
     original_reward : (B,) float32
         Reward as first stored, before any shaping.
-    episode, step : (B,) int64
+    episode : (B,) int64
+    decision : (B,) int64
+        Index of the agent's decision within its episode (one transition per decision).
     improvement : (B,) float32
         r_hat - r of LLM rows (0 for RL rows).
     valid : (B,) bool
@@ -65,7 +70,7 @@ class ReplayBatch(NamedTuple):
     from_llm: npt.NDArray[np.bool_]
     original_reward: npt.NDArray[np.float32]
     episode: npt.NDArray[np.int64]
-    step: npt.NDArray[np.int64]
+    decision: npt.NDArray[np.int64]
     improvement: npt.NDArray[np.float32]
     valid: npt.NDArray[np.bool_]
 
@@ -95,9 +100,9 @@ class MixedReplayBuffer(_core.MixedReplay):
     -----
     ``add_rl``, ``add_rl_batch``, ``add_llm``, ``add_llm_batch``, ``update_priorities`` and
     ``update_rewards`` are the compiled methods themselves (no Python layer: they are on the hot path); see
-    their docstrings. ``add_rl(obs, action, reward, next_obs, done, truncated, episode, step) -> int``
-    continues the stored episode when ``obs`` equals its stored next observation and ``step`` follows;
-    episode and step are stored as int32.
+    their docstrings. ``add_rl(obs, action, reward, next_obs, done, truncated, episode, decision) -> int``
+    continues the stored episode when ``obs`` equals its stored next observation and ``decision`` (the index of
+    the agent's decision within its episode) follows; episode and decision are stored as int32.
     """
 
     def __init__(
@@ -126,8 +131,10 @@ class MixedReplayBuffer(_core.MixedReplay):
         Returns
         -------
         ReplayBatch
-            ``weight = (N q_i) ** -w / max_j (N q_j) ** -w`` over this batch. If a partition is empty or holds
-            fewer sampleable items than its share, the other supplies the whole batch and ``q_i`` says so.
+            ``weight = (N q_i) ** -w / max_j (N q_j) ** -w`` over this batch. The LLM partition supplies
+            ``min(B - floor((1 - beta) B + 0.5), K)`` rows (``K``: its valid items), RL the rest; a partition
+            with nothing sampleable gives the whole batch to the other, and ``q_i`` uses the split actually
+            drawn. RL rows come first.
 
         Raises
         ------
@@ -152,29 +159,35 @@ class MixedReplayBuffer(_core.MixedReplay):
         Returns
         -------
         dict
-            ``index``, ``episode``, ``step``, ``action``: (n,) int64; ``reward``, ``original_reward``: (n,)
+            ``index``, ``episode``, ``decision``, ``action``: (n,) int64; ``reward``, ``original_reward``: (n,)
             float32; ``done``, ``truncated``: (n,) bool.
         """
         return self._rl_columns()
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the whole buffer to ``path`` atomically (see :meth:`load`).
+        """Write the buffer to ``path`` atomically (see :meth:`load`).
 
-        The file holds a magic string, a format version, a byte-order tag, the configuration, every column,
-        the tree arrays themselves, the write pointers and the generator state, and a checksum; sampling after
+        The file (format version 3) holds a magic string, the format version, a byte-order tag, the
+        configuration, the write pointers and the generator state, then the slots each partition has used
+        (never more than it has written: ``4 D + 37`` bytes per RL slot and ``8 D + 37`` per LLM slot,
+        whatever the capacities) with their priorities and tree leaves, and a checksum. Sampling after
         :meth:`load` is bit-identical to sampling from this buffer. Raises OSError if it cannot be written.
         """
         super().save(os.fspath(path))
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> MixedReplayBuffer:
-        """Read a buffer written by :meth:`save`.
+        """Read a buffer written by :meth:`save` (format version 3, or version 2 from earlier releases).
 
         Raises
         ------
         ValueError
-            Naming the file and the problem, for a truncated or corrupted file, a wrong magic string or
-            version.
+            Naming the file and the problem, for a truncated or corrupted file, a wrong magic string or an
+            unreadable version, or contents that an add would have refused or that contradict each other
+            (a non-finite observation, reward or improvement, a negative action, an episode or decision id out
+            of ``[0, 2**31 - 1]``, unknown flag bits, a negative or non-finite priority, a sampling weight that
+            does not match its priority or ``I_v``): the message names the column, the slot and the value, e.g.
+            ``rl.obs[slot 2, 1] = nan is not finite``.
         OSError
             If the file cannot be opened or read.
         """

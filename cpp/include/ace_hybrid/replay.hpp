@@ -15,16 +15,17 @@
 //
 //   A transition lives in the slot holding its observation (its "head") and its next observation is ALWAYS the
 //   observation in slot k+1 (mod C). add_rl continues the previous transition when it has the same episode,
-//   step == previous step + 1, the previous one was neither done nor truncated, and obs is bit-equal (memcmp) to
-//   the stored pending next observation: then the transition's fields go into the pending slot and only next_obs
-//   is written (one new slot). Otherwise obs goes to a fresh slot and next_obs to the one after (two new slots).
-//   Overwriting a slot kills the transition that lived there (its priority becomes 0). A live head at position p
-//   has its next observation at p + 1 < positions_written, which cannot have been overwritten while p is live, so
-//   no sampled transition is ever paired with a wrong or overwritten next observation. Memory: (1 + 1/L) slots
-//   per transition for episodes of length L; a slot costs 4 D bytes of observation plus 37.8 bytes (a 24-byte
-//   record of action 8, reward 4, original reward 4, episode 4, step 4; flags 1; sum-tree leaf 8 + 0.53 internal;
-//   priority 4 + 0.27 max-tree internal). Episode ids and step indices are stored as int32 and must lie in
-//   [0, 2^31 - 1].
+//   decision == previous decision + 1, the previous one was neither done nor truncated, and obs is bit-equal
+//   (memcmp) to the stored pending next observation: then the transition's fields go into the pending slot and only
+//   next_obs is written (one new slot). Otherwise obs goes to a fresh slot and next_obs to the one after (two new
+//   slots). Overwriting a slot kills the transition that lived there (its priority becomes 0). A live head at
+//   position p has its next observation at p + 1 < positions_written, which cannot have been overwritten while p
+//   is live, so no sampled transition is ever paired with a wrong or overwritten next observation. Memory:
+//   (1 + 1/L) slots per transition for episodes of length L; a slot costs 4 D bytes of observation plus 37.8 bytes
+//   (a 24-byte record of action 8, reward 4, original reward 4, episode 4, decision 4; flags 1; sum-tree leaf 8 +
+//   0.53 internal; priority 4 + 0.27 max-tree internal). "decision" is the index of the agent's decision within
+//   its episode (the training loop stores one transition per decision, not per environment step). Episode ids and
+//   decision indices are stored as int32 and must lie in [0, 2^31 - 1].
 //
 // LLM partition: a plain ring with its own next_obs column (refined transitions arrive out of order), the
 //   improvement r_hat - r (float32) and the validation flag I_v. Its sampling weight is
@@ -37,14 +38,25 @@
 // transitions get the current maximum priority over live transitions (a max tree, so it decreases when the top
 // items are lowered or overwritten), or 1.0 when no live transition has a positive priority.
 //
-// Sampling a batch of B. n_rl = floor((1 - beta) B + 0.5) draws from RL, B - n_rl from LLM, each by stratified
-// sampling (n strata of the partition's total, one uniform per stratum). A partition is "usable" for its share
-// when its sum is positive and it holds at least as many sampleable items as its share; if only one is usable
-// it supplies the whole batch; if neither is, each nonempty partition keeps its nominal share (or the only
-// nonempty one supplies everything). RL rows come first, then LLM rows. With q_i = (n_part / B) * leaf_i /
-// total_part the probability that one draw picks item i, and N = size() (live RL transitions + valid live LLM
-// items), the importance weight is (N q_i)^-w / max_j (N q_j)^-w, normalised by the maximum over THIS batch
-// (N cancels in the normalisation; it is kept in the formula for clarity).
+// Sampling a batch of B. The nominal LLM share is n_nom = B - floor((1 - beta) B + 0.5), i.e. round(beta B) with
+// ties going to RL. With K the number of valid live LLM items (each has a positive weight, so K counts exactly the
+// sampleable LLM items):
+//   - both partitions sampleable (both sums > 0): n_llm = min(n_nom, K) and n_rl = B - n_llm. The LLM partition
+//     contributes to every batch from its first valid item on, capped by its item COUNT: a young partition never
+//     supplies more rows than it holds items, so a handful of refined transitions is not replayed dozens of times
+//     per batch; RL supplies the rest of the batch;
+//   - only one partition sampleable (the other empty, all invalid, or all priorities 0): it supplies all B rows;
+//   - neither: std::invalid_argument.
+//   RL is deliberately not capped the same way: when it holds fewer sampleable transitions than its n_rl rows it
+//   still supplies them (drawing items more than once), so the LLM fraction of a batch never exceeds its nominal
+//   share while RL holds anything sampleable, and every batch has B rows.
+// Each partition draws its rows by stratified sampling over its own total (n strata of width total / n, one
+// uniform per stratum; stratum j of the LLM partition may land on the same item as stratum j + 1). RL rows come
+// first, then LLM rows. One draw of the batch (a row chosen uniformly) picks item i with probability
+// q_i = (n_part / B) * leaf_i / total_part, where n_part is the number of rows its partition actually supplied;
+// with N = size() (live RL transitions + valid live LLM items), the importance weight is (N q_i)^-w /
+// max_j (N q_j)^-w, normalised by the maximum over THIS batch (N cancels in the normalisation; it is kept in the
+// formula for clarity).
 //
 // Speed (a training step at capacity 1M is bound by cache and TLB misses, at D = 1300 by copying the rows):
 //   sample() draws all uniforms, walks both trees down for the whole batch at once (SumTree::find_batch, misses
@@ -90,7 +102,7 @@ constexpr std::uint64_t kMaxObsDim = 1ULL << 24;
 constexpr std::uint64_t kMaxCapacity = 1ULL << 40;
 constexpr std::uint64_t kMaxObsBytes = 1ULL << 40;  // 4 * obs_dim * (rl_capacity + 2 * llm_capacity)
 constexpr std::uint64_t kMaxBatch = 1ULL << 20;
-constexpr std::int64_t kMaxEpisodeOrStep = std::numeric_limits<std::int32_t>::max();
+constexpr std::int64_t kMaxEpisodeOrDecision = std::numeric_limits<std::int32_t>::max();
 constexpr double kExponentClip = 60.0;
 
 inline void validate_config(const ReplayConfig& c) {
@@ -142,7 +154,7 @@ struct TransitionsIn {
     const bool* done = nullptr;
     const bool* truncated = nullptr;
     const std::int64_t* episode = nullptr;
-    const std::int64_t* step = nullptr;
+    const std::int64_t* decision = nullptr;
     const float* improvement = nullptr;
     const bool* valid = nullptr;
 };
@@ -161,14 +173,14 @@ struct BatchOut {
     bool* from_llm;
     float* original_reward;
     std::int64_t* episode;
-    std::int64_t* step;
+    std::int64_t* decision;
     float* improvement;
     bool* valid;
 };
 
 // Live RL transitions in write order (oldest first), for the LLM critic to group trajectories.
 struct RlColumns {
-    std::vector<std::int64_t> index, episode, step, action;
+    std::vector<std::int64_t> index, episode, decision, action;
     std::vector<float> reward, original_reward;
     std::vector<bool> done, truncated;
 };
@@ -176,9 +188,15 @@ struct RlColumns {
 class MixedReplay {
 public:
     static constexpr std::uint8_t kDone = 1, kTruncated = 2, kHead = 4, kValid = 8;
-    // 2: RL scalars as 24-byte records (rl.scalars), sum-tree nodes combined in the interleaved order of
-    // sum_tree.hpp. Version 1 files are refused with a message naming both versions.
-    static constexpr std::uint32_t kFileVersion = 2;
+    // File format versions (save() writes kFileVersion; load() reads kOldestReadableVersion..kFileVersion):
+    //   2: every array at full capacity, sum / max trees with their internal nodes (nodes combined in the
+    //      interleaved order of sum_tree.hpp), RL scalars as 24-byte records (rl.scalars).
+    //   3: only the written prefix of each partition, slots [0, min(written, capacity)) (the rings are written in
+    //      slot order, so that is every slot ever used), and only the tree leaves; load() rebuilds the internal
+    //      nodes, which are a pure function of the leaves, so the state is restored bit for bit.
+    // Version 1 files are refused with a message naming the readable versions.
+    static constexpr std::uint32_t kFileVersion = 3;
+    static constexpr std::uint32_t kOldestReadableVersion = 2;
     static constexpr char kMagic[8] = {'A', 'C', 'E', 'R', 'P', 'L', 'Y', '\0'};
 
     // Allocates both partitions (zeroed). O(capacity * obs_dim). Throws std::invalid_argument on a bad config.
@@ -186,7 +204,8 @@ public:
 
     // ---- adding ---------------------------------------------------------------------------------------------
     // Adds in.n RL transitions in order, writing their handles to handles_out[0..n). Validates every input first
-    // (finite observations and rewards, episode/step in [0, 2^31 - 1]) and stores nothing if any is bad.
+    // (finite observations and rewards, action >= 0, episode/decision in [0, 2^31 - 1]) and stores nothing if any
+    // is bad.
     // O(n * obs_dim + n * 16 log16 C). Thread-safe.
     void add_rl(const TransitionsIn& in, std::int64_t* handles_out) {
         validate_transitions(in, false);
@@ -350,7 +369,7 @@ public:
             c.index.push_back(static_cast<std::int64_t>(p << 1));
             const RlScalars& m = rl.meta[s];
             c.episode.push_back(m.episode);
-            c.step.push_back(m.step);
+            c.decision.push_back(m.decision);
             c.action.push_back(m.action);
             c.reward.push_back(m.reward);
             c.original_reward.push_back(m.original_reward);
@@ -414,18 +433,21 @@ public:
         max_root = st_.rl.maxp.root();
     }
 
-    // Full consistency check: every tree equals its rebuild bit for bit, leaves agree with flags and priorities,
-    // counters agree with the flags. Returns "" when consistent, else a description. O(C). Thread-safe.
+    // Full consistency check (the one load() applies): stored values are ones an add accepts, every tree equals its
+    // rebuild bit for bit, leaves agree with flags, priorities and improvements, counters agree with the flags.
+    // Returns "" when consistent, else a description. O(C * obs_dim). Thread-safe.
     std::string check_invariants() const {
         std::lock_guard<std::mutex> lk(mu_);
         return validate_state(st_);
     }
 
     // ---- persistence ----------------------------------------------------------------------------------------
-    // Writes the whole state (config, every column, the tree arrays themselves, pointers, continuation state and
-    // the generator state) to path atomically: a temporary file in the same directory, fsync, rename. Format:
-    // magic, version, byte-order tag, header, arrays, checksum (see replay_io.hpp). O(file size); holds the lock
-    // while writing, so a concurrent writer waits. Throws std::system_error on I/O failure.
+    // Writes the state (config, pointers, continuation state, generator state and the used slots of every column
+    // and tree leaf array: format version 3 above) to path atomically: a temporary file in the same directory,
+    // fsync, rename. Layout: magic, version, byte-order tag, header, arrays, checksum (see replay_io.hpp). A file
+    // costs 4 D + 37 bytes per used RL slot and 8 D + 37 per used LLM slot, whatever the capacities.
+    // O(file size); holds the lock while writing, so a concurrent writer waits. Throws std::system_error on I/O
+    // failure.
     void save(const std::string& path) const {
         std::lock_guard<std::mutex> lk(mu_);
         AtomicFileWriter w(path);
@@ -433,16 +455,20 @@ public:
         w.put<std::uint32_t>(kFileVersion);
         w.put<std::uint32_t>(kByteOrderTag);
         write_header(w, st_);
-        for_each_array(const_cast<State&>(st_), [&](const char*, void* p, std::size_t n) { w.write(p, n); });
+        for_each_used_array(const_cast<State&>(st_), [&](const char*, void* p, std::size_t n) { w.write(p, n); });
         const std::uint64_t h = w.hash();
         w.write(&h, sizeof(h));
         w.commit();
     }
 
-    // Replaces the whole state (config included) by the file's. Checks size against the header, the checksum and
-    // every invariant BEFORE touching this object; on any problem throws ReplayFileError (std::invalid_argument)
-    // naming the file and the problem, and this object is unchanged. Throws std::system_error if the file cannot
-    // be read. O(file size); the lock is held only for the final swap. Thread-safe.
+    // Replaces the whole state (config included) by the file's (format version 2 or 3). Checks size against the
+    // header, the checksum and every invariant (validate_state: the values an add would refuse, leaves against
+    // priorities and I_v, trees, counters) BEFORE touching this object; on any problem throws ReplayFileError
+    // (std::invalid_argument) naming the file and the problem (column, slot and value), and this object is
+    // unchanged. A checksum only detects accidental corruption, so a file edited and re-checksummed is still
+    // validated. Throws
+    // std::system_error if the file cannot be read. O(capacity * obs_dim) (the buffer is allocated at capacity);
+    // the lock is held only for the final swap. Thread-safe.
     void load(const std::string& path) {
         CheckedFileReader r(path);
         const std::uint64_t fixed = sizeof(kMagic) + 8 + kHeaderBytes + 8;
@@ -456,9 +482,13 @@ public:
         if (std::memcmp(magic, kMagic, sizeof(kMagic)) != 0)
             throw ReplayFileError(path, "not a replay buffer file (bad magic bytes)");
         const auto version = r.get<std::uint32_t>();
-        if (version != kFileVersion) {
+        if (version < kOldestReadableVersion || version > kFileVersion) {
             std::ostringstream os;
-            os << "unsupported format version " << version << " (this build reads version " << kFileVersion << ")";
+            os << "unsupported format version " << version << " (this build reads versions " << kOldestReadableVersion
+               << " to " << kFileVersion << "): "
+               << (version > kFileVersion ? "it was written by a newer ace_hybrid; upgrade ace_hybrid to read it"
+                                          : "it predates the current layout and cannot be converted; start a new "
+                                            "buffer, or read it with the ace_hybrid release that wrote it");
             throw ReplayFileError(path, os.str());
         }
         if (r.get<std::uint32_t>() != kByteOrderTag)
@@ -469,7 +499,9 @@ public:
         } catch (const std::invalid_argument& e) {
             throw ReplayFileError(path, std::string("invalid header: ") + e.what());
         }
-        const std::uint64_t expected = fixed + payload_bytes(h.cfg);
+        const std::uint64_t payload =
+            version == 2 ? full_payload_bytes(h.cfg) : used_payload_bytes(h.cfg, h.rl_written, h.llm_written);
+        const std::uint64_t expected = fixed + payload;
         if (r.size() != expected) {
             std::ostringstream os;
             os << "size " << r.size() << " bytes does not match the " << expected
@@ -477,17 +509,30 @@ public:
             throw ReplayFileError(path, os.str());
         }
         State fresh = make_state(h.cfg);
-        for_each_array(fresh, [&](const char*, void* p, std::size_t n) { r.read(p, n); });
+        fresh.rl.written = h.rl_written;  // before reading: the used prefix of a version 3 file depends on it
+        fresh.llm.written = h.llm_written;
+        auto read = [&](const char*, void* p, std::size_t n) { r.read(p, n); };
+        if (version == 2) {
+            for_each_full_array(fresh, read);
+        } else {
+            for_each_used_array(fresh, read);
+            fresh.rl.sum.rebuild();  // the internal nodes are a function of the leaves: restored bit for bit
+            fresh.rl.maxp.rebuild();
+            fresh.llm.sum.rebuild();
+        }
         const std::uint64_t computed = r.hash();
         std::uint64_t stored = 0;
         r.read(&stored, sizeof(stored), false);
         if (stored != computed) throw ReplayFileError(path, "checksum mismatch (the file is corrupted)");
-        fresh.rl.written = h.rl_written;
-        fresh.llm.written = h.llm_written;
+        if (h.has_prev > 1) {
+            std::ostringstream os;
+            os << "inconsistent contents: has_prev = " << int(h.has_prev) << " must be 0 or 1";
+            throw ReplayFileError(path, os.str());
+        }
         fresh.rl.has_prev = h.has_prev != 0;
         fresh.rl.prev_flags = h.prev_flags;
         fresh.rl.prev_episode = h.prev_episode;
-        fresh.rl.prev_step = h.prev_step;
+        fresh.rl.prev_decision = h.prev_decision;
         try {
             fresh.rng.set_state(h.rng);
         } catch (const std::invalid_argument& e) {
@@ -512,7 +557,7 @@ private:
     struct RlScalars {
         std::int64_t action = 0;
         float reward = 0.0f, original_reward = 0.0f;
-        std::int32_t episode = 0, step = 0;
+        std::int32_t episode = 0, decision = 0;
     };
     static_assert(sizeof(RlScalars) == 24, "RlScalars is stored in files as 24 bytes");
 
@@ -526,13 +571,13 @@ private:
         std::size_t heads = 0;
         bool has_prev = false;
         std::uint8_t prev_flags = 0;
-        std::int32_t prev_episode = 0, prev_step = 0;
+        std::int32_t prev_episode = 0, prev_decision = 0;
     };
     struct Llm {
         Column<float> obs, next_obs;
         Column<std::int64_t> action;
         Column<float> reward, original_reward, improvement;
-        Column<std::int32_t> episode, step;
+        Column<std::int32_t> episode, decision;
         Column<std::uint8_t> flags;
         SumTree sum;  // leaves: I_v * exp(clip(improvement / tau))
         std::uint64_t written = 0;
@@ -548,7 +593,7 @@ private:
         ReplayConfig cfg;
         std::uint64_t rl_written = 0, llm_written = 0;
         std::uint8_t has_prev = 0, prev_flags = 0;
-        std::int32_t prev_episode = 0, prev_step = 0;
+        std::int32_t prev_episode = 0, prev_decision = 0;
         Rng::State rng{};
     };
     static constexpr std::uint64_t kHeaderBytes = 3 * 8 + 3 * 8 + 2 * 8 + 2 + 2 * 4 + 4 * 8;
@@ -574,15 +619,55 @@ private:
         s.llm.original_reward.assign(m, 0.0f);
         s.llm.improvement.assign(m, 0.0f);
         s.llm.episode.assign(m, 0);
-        s.llm.step.assign(m, 0);
+        s.llm.decision.assign(m, 0);
         s.llm.flags.assign(m, 0);
         s.llm.sum.resize(m);
         return s;
     }
 
-    // The arrays in file order (the same function drives save and load, so the layouts cannot disagree).
+    // Slots ever written: the rings fill slots 0, 1, 2, ... in order, so these are the prefix [0, used).
+    static std::uint64_t used_slots(std::uint64_t written, std::uint64_t capacity) {
+        return std::min(written, capacity);
+    }
+
+    // The arrays of a version 3 file in file order: the used prefix of every column and of the tree leaves (the
+    // same function drives save and load, so the layouts cannot disagree). Reads s.rl.written / s.llm.written.
     template <typename F>
-    static void for_each_array(State& s, F&& f) {
+    static void for_each_used_array(State& s, F&& f) {
+        const auto d = static_cast<std::size_t>(s.cfg.obs_dim);
+        const auto n = static_cast<std::size_t>(used_slots(s.rl.written, s.cfg.rl_capacity));
+        const auto m = static_cast<std::size_t>(used_slots(s.llm.written, s.cfg.llm_capacity));
+        auto v = [&](const char* name, auto* data, std::size_t count) {
+            f(name, static_cast<void*>(data), count * sizeof(*data));
+        };
+        v("rl.obs", s.rl.obs.data(), n * d);
+        v("rl.scalars", s.rl.meta.data(), n);
+        v("rl.flags", s.rl.flags.data(), n);
+        v("rl.sum leaves", s.rl.sum.data().data(), n);
+        v("rl.max leaves", s.rl.maxp.data().data(), n);
+        v("llm.obs", s.llm.obs.data(), m * d);
+        v("llm.next_obs", s.llm.next_obs.data(), m * d);
+        v("llm.action", s.llm.action.data(), m);
+        v("llm.reward", s.llm.reward.data(), m);
+        v("llm.original_reward", s.llm.original_reward.data(), m);
+        v("llm.improvement", s.llm.improvement.data(), m);
+        v("llm.episode", s.llm.episode.data(), m);
+        v("llm.decision", s.llm.decision.data(), m);
+        v("llm.flags", s.llm.flags.data(), m);
+        v("llm.sum leaves", s.llm.sum.data().data(), m);
+    }
+
+    // Bytes of for_each_used_array for a (validated) config and write counters.
+    static std::uint64_t used_payload_bytes(const ReplayConfig& c, std::uint64_t rl_written,
+                                            std::uint64_t llm_written) {
+        const std::uint64_t d = c.obs_dim, n = used_slots(rl_written, c.rl_capacity);
+        const std::uint64_t m = used_slots(llm_written, c.llm_capacity);
+        return n * (d * 4 + sizeof(RlScalars) + 1 + 8 + 4) + m * (2 * d * 4 + 8 + 4 + 4 + 4 + 4 + 4 + 1 + 8);
+    }
+
+    // The arrays of a version 2 file in file order: every column at capacity and the whole trees (read only).
+    template <typename F>
+    static void for_each_full_array(State& s, F&& f) {
         auto v = [&](const char* name, auto& vec) {
             f(name, static_cast<void*>(vec.data()), vec.size() * sizeof(vec[0]));
         };
@@ -598,7 +683,7 @@ private:
         v("llm.original_reward", s.llm.original_reward);
         v("llm.improvement", s.llm.improvement);
         v("llm.episode", s.llm.episode);
-        v("llm.step", s.llm.step);
+        v("llm.decision", s.llm.decision);
         v("llm.flags", s.llm.flags);
         v("llm.sum", s.llm.sum.data());
     }
@@ -612,8 +697,8 @@ private:
         }
     }
 
-    // Bytes of for_each_array for a (validated) config; fits easily in 64 bits given the limits.
-    static std::uint64_t payload_bytes(const ReplayConfig& c) {
+    // Bytes of for_each_full_array for a (validated) config; fits easily in 64 bits given the limits.
+    static std::uint64_t full_payload_bytes(const ReplayConfig& c) {
         const std::uint64_t d = c.obs_dim, n = c.rl_capacity, m = c.llm_capacity;
         return n * d * 4 + n * (8 + 4 + 4 + 4 + 4 + 1) + tree_nodes(n) * (8 + 4) + 2 * m * d * 4 +
                m * (8 + 4 + 4 + 4 + 4 + 4 + 1) + tree_nodes(m) * 8;
@@ -631,7 +716,7 @@ private:
         w.put<std::uint8_t>(s.rl.has_prev ? 1 : 0);
         w.put<std::uint8_t>(s.rl.prev_flags);
         w.put<std::int32_t>(s.rl.prev_episode);
-        w.put<std::int32_t>(s.rl.prev_step);
+        w.put<std::int32_t>(s.rl.prev_decision);
         for (std::uint64_t x : s.rng.state()) w.put<std::uint64_t>(x);
     }
 
@@ -648,7 +733,7 @@ private:
         h.has_prev = r.get<std::uint8_t>();
         h.prev_flags = r.get<std::uint8_t>();
         h.prev_episode = r.get<std::int32_t>();
-        h.prev_step = r.get<std::int32_t>();
+        h.prev_decision = r.get<std::int32_t>();
         for (auto& x : h.rng) x = r.get<std::uint64_t>();
         return h;
     }
@@ -666,33 +751,81 @@ private:
         return last - ((last % cap + cap - slot) % cap);
     }
 
+    // Every invariant of a state, checked in an order that names the root cause: the continuation state, then slot
+    // by slot the values an add would have refused (non-finite observations, rewards or improvements, negative
+    // actions, episode or decision ids out of [0, 2^31 - 1], unknown flag bits, negative or non-finite
+    // priorities), then that each leaf is what its slot implies (priority^alpha for an RL transition, I_v *
+    // exp(clip(improvement / tau)) for an LLM item, 0 elsewhere; relative tolerance 1e-9 so that a file moved
+    // between machines whose pow / exp differ in the last bit still loads), then the trees and the counters.
+    // Returns "" when consistent, else the first problem, naming the column, the slot and the value.
+    // O((rl_capacity + llm_capacity) * obs_dim).
     static std::string validate_state(const State& s) {
         std::ostringstream os;
         const Rl& rl = s.rl;
         const Llm& lm = s.llm;
         const std::uint64_t cap = s.cfg.rl_capacity, mcap = s.cfg.llm_capacity;
-        if (rl.written >= kMaxPosition || lm.written >= kMaxPosition) return "write counters out of range";
-        if (rl.prev_flags & ~(kDone | kTruncated)) return "bad continuation flags";
+        const auto d = static_cast<std::size_t>(s.cfg.obs_dim);
+        if (rl.written >= kMaxPosition || lm.written >= kMaxPosition) {
+            os << "write counters rl.written = " << rl.written << ", llm.written = " << lm.written
+               << " out of range [0, " << kMaxPosition << ")";
+            return os.str();
+        }
+        if (rl.prev_flags & ~(kDone | kTruncated)) {
+            os << "prev_flags = " << int(rl.prev_flags) << " has unknown bits (known: done 1, truncated 2)";
+            return os.str();
+        }
+        for (const auto& [name, v] : {std::pair<const char*, std::int32_t>{"prev_episode", rl.prev_episode},
+                                      std::pair<const char*, std::int32_t>{"prev_decision", rl.prev_decision}}) {
+            if (v < 0) {
+                os << name << " = " << v << " out of range [0, " << kMaxEpisodeOrDecision << "]";
+                return os.str();
+            }
+        }
         if (rl.has_prev && rl.written < 2) return "continuation state without a stored observation";
-        if (!rl.sum.check()) return "RL sum tree differs from its rebuild";
-        if (!rl.maxp.check()) return "RL max tree differs from its rebuild";
-        if (!lm.sum.check()) return "LLM sum tree differs from its rebuild";
-        if (!std::isfinite(rl.sum.root()) || !std::isfinite(lm.sum.root())) return "tree sum is not finite";
+        // Names a value that an add would have refused; returns false (the caller returns os.str()).
+        auto finite_row = [&os, d](const char* name, const float* row, std::uint64_t k) {
+            for (std::size_t j = 0; j < d; ++j) {
+                if (!std::isfinite(row[j])) {
+                    os << name << "[slot " << k << ", " << j << "] = " << row[j] << " is not finite";
+                    return false;
+                }
+            }
+            return true;
+        };
+        auto finite = [&os](const char* name, float v, std::uint64_t k) {
+            if (std::isfinite(v)) return true;
+            os << name << "[slot " << k << "] = " << v << " is not finite";
+            return false;
+        };
+        auto in_range = [&os](const char* name, std::int64_t v, std::int64_t hi, std::uint64_t k) {
+            if (v >= 0 && v <= hi) return true;
+            os << name << "[slot " << k << "] = " << v << " out of range [0, " << hi << "]";
+            return false;
+        };
+        auto leaf_matches = [&os](const char* name, double leaf, double expected, std::uint64_t k, const char* what) {
+            if (std::fabs(leaf - expected) <= 1e-9 * expected) return true;  // false for NaN; exact 0 when expected 0
+            os << name << "[slot " << k << "] = " << leaf << " does not match " << what << " = " << expected;
+            return false;
+        };
+        constexpr std::int64_t kMaxAction = std::numeric_limits<std::int64_t>::max();
         std::size_t heads = 0, valid = 0;
         for (std::uint64_t k = 0; k < cap; ++k) {
             const std::uint8_t f = rl.flags[k];
+            const RlScalars& m = rl.meta[k];
             const double leaf = rl.sum.leaf(k);
             const float pr = rl.maxp.leaf(k);
+            if (!finite_row("rl.obs", rl.obs.data() + k * d, k) || !in_range("rl.action", m.action, kMaxAction, k) ||
+                !in_range("rl.episode", m.episode, kMaxEpisodeOrDecision, k) ||
+                !in_range("rl.decision", m.decision, kMaxEpisodeOrDecision, k) || !finite("rl.reward", m.reward, k) ||
+                !finite("rl.original_reward", m.original_reward, k))
+                return os.str();
             if (f & ~(kDone | kTruncated | kHead)) {
-                os << "RL slot " << k << " has unknown flags " << int(f);
+                os << "rl.flags[slot " << k << "] = " << int(f) << " has unknown bits (known: done 1, truncated 2, "
+                   << "transition 4)";
                 return os.str();
             }
-            if (!(leaf >= 0.0 && std::isfinite(leaf)) || !(pr >= 0.0f && std::isfinite(pr))) {
-                os << "RL slot " << k << " has a negative or non-finite priority";
-                return os.str();
-            }
-            if (!std::isfinite(rl.meta[k].reward) || !std::isfinite(rl.meta[k].original_reward)) {
-                os << "RL slot " << k << " has a non-finite reward";
+            if (!(pr >= 0.0f && std::isfinite(pr))) {
+                os << "rl.priority[slot " << k << "] = " << pr << " must be finite and >= 0";
                 return os.str();
             }
             if (f & kHead) {
@@ -702,38 +835,45 @@ private:
                     os << "RL slot " << k << " is a transition without a next observation";
                     return os.str();
                 }
-                if (s.cfg.alpha == 0.0 ? leaf != 1.0 : false) {
-                    os << "RL slot " << k << " leaf " << leaf << " != 1 with alpha = 0";
-                    return os.str();
-                }
+                if (!leaf_matches("rl.sum leaf", leaf, leaf_of(s.cfg, pr), k, "priority^alpha")) return os.str();
             } else if (leaf != 0.0 || pr != 0.0f) {
-                os << "RL slot " << k << " holds no transition but has a priority";
+                os << "RL slot " << k << " holds no transition but has priority " << pr << " (sum-tree leaf " << leaf
+                   << ")";
                 return os.str();
             }
         }
         for (std::uint64_t k = 0; k < mcap; ++k) {
             const std::uint8_t f = lm.flags[k];
             const double leaf = lm.sum.leaf(k);
+            if (!finite_row("llm.obs", lm.obs.data() + k * d, k) ||
+                !finite_row("llm.next_obs", lm.next_obs.data() + k * d, k) ||
+                !in_range("llm.action", lm.action[k], kMaxAction, k) ||
+                !in_range("llm.episode", lm.episode[k], kMaxEpisodeOrDecision, k) ||
+                !in_range("llm.decision", lm.decision[k], kMaxEpisodeOrDecision, k) ||
+                !finite("llm.reward", lm.reward[k], k) || !finite("llm.original_reward", lm.original_reward[k], k) ||
+                !finite("llm.improvement", lm.improvement[k], k))
+                return os.str();
             if (f & ~(kDone | kTruncated | kValid)) {
-                os << "LLM slot " << k << " has unknown flags " << int(f);
+                os << "llm.flags[slot " << k << "] = " << int(f) << " has unknown bits (known: done 1, truncated 2, "
+                   << "I_v 8)";
                 return os.str();
             }
-            if (!std::isfinite(lm.improvement[k]) || !std::isfinite(lm.reward[k]) ||
-                !std::isfinite(lm.original_reward[k])) {
-                os << "LLM slot " << k << " has a non-finite value";
-                return os.str();
-            }
-            if (f & kValid) {
+            const bool is_valid = f & kValid;
+            if (is_valid) {
                 ++valid;
-                if (k >= lm.written || !(leaf > 0.0 && std::isfinite(leaf))) {
-                    os << "LLM slot " << k << " is valid but has weight " << leaf;
+                if (k >= lm.written) {
+                    os << "LLM slot " << k << " has I_v = 1 but was never written";
                     return os.str();
                 }
-            } else if (leaf != 0.0) {
-                os << "LLM slot " << k << " is not valid but has weight " << leaf;
-                return os.str();
             }
+            const char* what = is_valid ? "I_v * exp(clip(improvement / tau)) with I_v = 1" : "0 (I_v = 0)";
+            if (!leaf_matches("llm.sum leaf", leaf, llm_weight(s.cfg, lm.improvement[k], is_valid), k, what))
+                return os.str();
         }
+        if (!rl.sum.check()) return "RL sum tree differs from its rebuild";
+        if (!rl.maxp.check()) return "RL max tree differs from its rebuild";
+        if (!lm.sum.check()) return "LLM sum tree differs from its rebuild";
+        if (!std::isfinite(rl.sum.root()) || !std::isfinite(lm.sum.root())) return "tree sum is not finite";
         if (heads != rl.heads || valid != lm.valid_count) return "item counters disagree with the flags";
         return "";
     }
@@ -779,11 +919,17 @@ private:
                 if (!std::isfinite(no[j])) bad("next_obs", i, j, no[j], "is not finite");
             }
             check_reward(in.reward[i], "reward", i);
+            if (in.action[i] < 0) {
+                std::ostringstream os;
+                os << "action[" << i << "] = " << in.action[i] << " out of range [0, "
+                   << std::numeric_limits<std::int64_t>::max() << "]";
+                throw std::invalid_argument(os.str());
+            }
             for (const auto& [name, v] : {std::pair<const char*, std::int64_t>{"episode", in.episode[i]},
-                                          std::pair<const char*, std::int64_t>{"step", in.step[i]}}) {
-                if (v < 0 || v > kMaxEpisodeOrStep) {
+                                          std::pair<const char*, std::int64_t>{"decision", in.decision[i]}}) {
+                if (v < 0 || v > kMaxEpisodeOrDecision) {
                     std::ostringstream os;
-                    os << name << "[" << i << "] = " << v << " out of range [0, " << kMaxEpisodeOrStep << "]";
+                    os << name << "[" << i << "] = " << v << " out of range [0, " << kMaxEpisodeOrDecision << "]";
                     throw std::invalid_argument(os.str());
                 }
             }
@@ -836,8 +982,16 @@ private:
         return m > 0.0f ? m : 1.0f;
     }
 
-    double leaf_of(float p) const {
-        return st_.cfg.alpha == 0.0 ? 1.0 : std::pow(static_cast<double>(p), st_.cfg.alpha);
+    // Sum-tree leaf of an RL transition of priority p: p^alpha (1 for every transition when alpha = 0).
+    static double leaf_of(const ReplayConfig& c, float p) {
+        return c.alpha == 0.0 ? 1.0 : std::pow(static_cast<double>(p), c.alpha);
+    }
+    double leaf_of(float p) const { return leaf_of(st_.cfg, p); }
+
+    // Sum-tree leaf of an LLM item (Eq. 8): I_v * exp(clip(improvement / tau, -60, 60)).
+    static double llm_weight(const ReplayConfig& c, float improvement, bool valid) {
+        const double x = std::clamp(static_cast<double>(improvement) / c.tau, -kExponentClip, kExponentClip);
+        return valid ? std::exp(x) : 0.0;
     }
 
     void set_priority(std::size_t slot, float p) {
@@ -845,17 +999,15 @@ private:
         st_.rl.sum.set(slot, leaf_of(p));
     }
 
+    // Rows drawn from RL; the rest of the batch comes from LLM (the rule of the header comment). rl_any / llm_any:
+    // the partition's sum is positive; at least one is.
     std::size_t rl_share(std::size_t batch, bool rl_any, bool llm_any) const {
+        if (!llm_any) return batch;
+        if (!rl_any) return 0;
         const double nominal = std::floor((1.0 - st_.cfg.beta) * static_cast<double>(batch) + 0.5);
-        const std::size_t n_rl = std::min(batch, static_cast<std::size_t>(std::max(0.0, nominal)));
-        const std::size_t n_llm = batch - n_rl;
-        const bool rl_ok = rl_any && st_.rl.heads >= n_rl;
-        const bool llm_ok = llm_any && st_.llm.valid_count >= n_llm;
-        if (rl_ok && llm_ok) return n_rl;
-        if (rl_ok) return batch;
-        if (llm_ok) return 0;
-        if (rl_any && llm_any) return n_rl;
-        return rl_any ? batch : 0;
+        const std::size_t nominal_rl = std::min(batch, static_cast<std::size_t>(std::max(0.0, nominal)));
+        const std::size_t n_llm = std::min(batch - nominal_rl, st_.llm.valid_count);
+        return batch - n_llm;
     }
 
     // Writes one observation to the next RL position, killing the transition that lived in that slot.
@@ -880,12 +1032,12 @@ private:
         const std::uint64_t cap = st_.cfg.rl_capacity;
         const float* o = in.obs + i * d;
         const auto ep = static_cast<std::int32_t>(in.episode[i]);
-        const auto step = static_cast<std::int32_t>(in.step[i]);
+        const auto decision = static_cast<std::int32_t>(in.decision[i]);
         const float p = new_priority();
         const float* pending = rl.has_prev ? rl.obs.data() + static_cast<std::size_t>((rl.written - 1) % cap) * d
                                            : nullptr;
         const bool continues = pending && rl.prev_episode == ep &&
-                               static_cast<std::int64_t>(rl.prev_step) + 1 == step &&
+                               static_cast<std::int64_t>(rl.prev_decision) + 1 == decision &&
                                !(rl.prev_flags & (kDone | kTruncated)) &&
                                std::memcmp(o, pending, d * sizeof(float)) == 0;
         if (!continues) write_rl_obs(o);
@@ -893,14 +1045,14 @@ private:
         const std::size_t s = static_cast<std::size_t>(head % cap);
         const std::uint8_t f = static_cast<std::uint8_t>((in.done[i] ? kDone : 0) | (in.truncated[i] ? kTruncated : 0));
         rl.flags[s] = static_cast<std::uint8_t>(kHead | f);
-        rl.meta[s] = RlScalars{in.action[i], in.reward[i], in.reward[i], ep, step};
+        rl.meta[s] = RlScalars{in.action[i], in.reward[i], in.reward[i], ep, decision};
         set_priority(s, p);
         ++rl.heads;
         write_rl_obs(in.next_obs + i * d);
         rl.has_prev = true;
         rl.prev_flags = f;
         rl.prev_episode = ep;
-        rl.prev_step = step;
+        rl.prev_decision = decision;
         return static_cast<std::int64_t>(head << 1);
     }
 
@@ -916,14 +1068,12 @@ private:
         lm.reward[s] = lm.original_reward[s] = in.reward[i];
         lm.improvement[s] = in.improvement[i];
         lm.episode[s] = static_cast<std::int32_t>(in.episode[i]);
-        lm.step[s] = static_cast<std::int32_t>(in.step[i]);
+        lm.decision[s] = static_cast<std::int32_t>(in.decision[i]);
         const bool valid = in.valid[i];
         lm.flags[s] = static_cast<std::uint8_t>((in.done[i] ? kDone : 0) | (in.truncated[i] ? kTruncated : 0) |
                                                 (valid ? kValid : 0));
         if (valid) ++lm.valid_count;
-        const double x =
-            std::clamp(static_cast<double>(in.improvement[i]) / st_.cfg.tau, -kExponentClip, kExponentClip);
-        lm.sum.set(s, valid ? std::exp(x) : 0.0);
+        lm.sum.set(s, llm_weight(st_.cfg, in.improvement[i], valid));
         ++lm.written;
         return static_cast<std::int64_t>((pos << 1) | 1);
     }
@@ -949,7 +1099,7 @@ private:
             prefetch(&lm.original_reward[s]);
             prefetch(&lm.improvement[s]);
             prefetch(&lm.episode[s]);
-            prefetch(&lm.step[s]);
+            prefetch(&lm.decision[s]);
             prefetch(&lm.flags[s]);
             return;
         }
@@ -998,7 +1148,7 @@ private:
         out.index[row] = static_cast<std::int64_t>(last.position_of(s) << 1);
         out.from_llm[row] = false;
         out.episode[row] = m.episode;
-        out.step[row] = m.step;
+        out.decision[row] = m.decision;
         out.improvement[row] = 0.0f;
         out.valid[row] = false;
     }
@@ -1016,7 +1166,7 @@ private:
         out.index[row] = static_cast<std::int64_t>((last.position_of(s) << 1) | 1);
         out.from_llm[row] = true;
         out.episode[row] = lm.episode[s];
-        out.step[row] = lm.step[s];
+        out.decision[row] = lm.decision[s];
         out.improvement[row] = lm.improvement[s];
         out.valid[row] = lm.flags[s] & kValid;
     }

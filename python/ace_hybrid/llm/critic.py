@@ -90,7 +90,7 @@ _MEANING = (
     "Options: +2K = much better than its reward shows; +K = better than its reward shows; "
     "-K = worse than its reward shows (it contributed to later trouble); -2K = much worse."
 )
-_REQUIRED = ("index", "episode", "step", "action", "reward", "original_reward", "done", "truncated")
+_REQUIRED = ("index", "episode", "decision", "action", "reward", "original_reward", "done", "truncated")
 _SHOWN = re.compile(r"^\[(\d+)\] step ", re.MULTILINE)
 _LINE = re.compile(r"\[(\d+)\][ \t]*:[ \t]*(-2K|-K|\+K|\+2K)")
 
@@ -316,7 +316,7 @@ class ValueCritic:
         if any(len(columns[k]) != n for k in _REQUIRED):
             raise ValueError(f"columns have lengths {[len(columns[k]) for k in _REQUIRED]}; expected all equal")
         episode = np.asarray(columns["episode"], dtype=np.int64)
-        step = np.asarray(columns["step"], dtype=np.int64)
+        step = np.asarray(columns["decision"], dtype=np.int64)
         original = np.asarray(columns["original_reward"], dtype=np.float64)
         ended = np.asarray(columns["done"], dtype=bool) | np.asarray(columns["truncated"], dtype=bool)
         order = np.lexsort((step, episode))
@@ -458,7 +458,7 @@ class ValueCritic:
                 raise ValueError(f"max_rho returned shape {rho.shape}; expected ({len(rows)},)")
             original = np.asarray(columns["original_reward"][rows], dtype=np.float64)
             steps = [
-                TrajectoryStep(int(columns["step"][r]), self.describe_action(int(columns["action"][r])),
+                TrajectoryStep(int(columns["decision"][r]), self.describe_action(int(columns["action"][r])),
                                float(original[j]), float(rho[j]))
                 for j, r in enumerate(rows)
             ]
