@@ -79,7 +79,7 @@ def _rewards_by_episode(buf: MixedReplayBuffer) -> dict[int, tuple[np.ndarray, n
     out = {}
     for ep in np.unique(c["episode"]):
         rows = np.flatnonzero(c["episode"] == ep)
-        rows = rows[np.argsort(c["step"][rows])]
+        rows = rows[np.argsort(c["decision"][rows])]
         out[int(ep)] = (c["reward"][rows].astype(np.float64), c["original_reward"][rows].astype(np.float64))
     return out
 
@@ -140,7 +140,7 @@ def test_selection_alternates_lowest_and_highest_return_among_finished_key_traje
     for rows in picks:
         ep = int(columns["episode"][rows[0]])
         assert np.all(columns["episode"][rows] == ep)
-        np.testing.assert_array_equal(columns["step"][rows], np.arange(len(EPISODES[ep][0])))
+        np.testing.assert_array_equal(columns["decision"][rows], np.arange(len(EPISODES[ep][0])))
         np.testing.assert_allclose(columns["original_reward"][rows], EPISODES[ep][0], rtol=1e-6)
     two = _critic(ScriptedCritic(), critic_trajectories=2).select(columns)
     assert [int(columns["episode"][r[0]]) for r in two] == [10, 12]
@@ -158,7 +158,7 @@ def test_selection_groups_interleaved_episodes_by_step() -> None:
     picks = _critic(ScriptedCritic(), critic_trajectories=5).select(columns)
     assert [int(columns["episode"][r[0]]) for r in picks] == [1, 2]
     for rows, rewards in zip(picks, (a, b)):
-        np.testing.assert_array_equal(columns["step"][rows], [0, 1, 2])
+        np.testing.assert_array_equal(columns["decision"][rows], [0, 1, 2])
         np.testing.assert_allclose(columns["original_reward"][rows], rewards, rtol=1e-6)
 
 
@@ -194,7 +194,7 @@ def test_bad_columns_and_settings_raise_value_error() -> None:
     with pytest.raises(ValueError, match="lacks"):
         critic.select({k: v for k, v in columns.items() if k != "original_reward"})
     with pytest.raises(ValueError, match="lengths"):
-        critic.select(dict(columns, step=columns["step"][:-1]))
+        critic.select(dict(columns, decision=columns["decision"][:-1]))
     with pytest.raises(ValueError, match="steps_per_trajectory"):
         ValueCritic(ScriptedCritic(), _cfg(), describe_action=str, max_rho=lambda r: r.max(1), steps_per_trajectory=0)
     cfg = _cfg()

@@ -8,7 +8,7 @@ an LLM-made eligibility trace (cf. TD(lambda)).
 
 Selection (:meth:`ValueCritic.select`)
 --------------------------------------
-Rows of the RL partition are grouped by episode id and sorted by step. A trajectory is a candidate when it is
+Rows of the RL partition are grouped by episode id and sorted by decision index. A trajectory is a candidate when it is
 finished (its last stored row is done or truncated, so an episode still being written is never judged half-way),
 contains a key transition, and has not been judged by this critic before. Candidates are ordered by their
 original return (ties by episode id) and taken alternately from the bottom and the top: lowest, highest, second
@@ -299,7 +299,7 @@ class ValueCritic:
         Parameters
         ----------
         columns : dict of (n,) arrays
-            :meth:`MixedReplayBuffer.rl_columns`: ``index``, ``episode``, ``step``, ``action``, ``reward``,
+            :meth:`MixedReplayBuffer.rl_columns`: ``index``, ``episode``, ``decision``, ``action``, ``reward``,
             ``original_reward``, ``done``, ``truncated``.
 
         Returns
