@@ -202,7 +202,10 @@ class ACEConfig:
     """Longest simulated continuation (safe rule after the proposal, until the next danger state) in validation."""
     min_improvement: float = 0.01
     """A proposal is accepted when its simulated reward exceeds the RL action's by at least this (0.01: about one more
-    step survived) and it does not end in a blackout the RL action avoided."""
+    step survived), or when see min_rho_drop; never when it ends in a blackout the RL action avoided."""
+    min_rho_drop: float = 0.05
+    """... or when, with a reward no lower, the max loading where its simulated segment ends is lower by at least
+    this (segments often end at the next step, in danger whatever was played: the loading tells them apart)."""
     max_llm_calls: int = 400
     """Budget of LLM calls per run (actor + critic; co-evolution's probe calls are counted apart); 0: unlimited."""
     critic_share: float = 0.25
@@ -248,6 +251,7 @@ class ACEConfig:
         _check(1 <= self.validation_steps <= 10_000, "ace.validation_steps", self.validation_steps,
                "must be in [1, 10000]")
         _check(self.min_improvement >= 0, "ace.min_improvement", self.min_improvement, "must be >= 0")
+        _check(0 <= self.min_rho_drop <= 5, "ace.min_rho_drop", self.min_rho_drop, "must be in [0, 5]")
         _check(self.max_llm_calls >= 0, "ace.max_llm_calls", self.max_llm_calls, "must be >= 0")
         _check(0.0 <= self.critic_share <= 1.0, "ace.critic_share", self.critic_share, "must be in [0, 1]")
         _check(self.critic_start >= 0, "ace.critic_start", self.critic_start, "must be >= 0")

@@ -14,9 +14,10 @@ played) and:
    loading), "q" (the SAC critic) and "random" are the baselines it is measured against;
 3. validates the proposal in a copy of the snapshot: play it, then the safe rule until the next danger state, the end
    of the episode or ``validation_steps`` steps, summing the training reward. The RL action is replayed the same way
-   (like for like: same simulator, same cap). The proposal is accepted if its reward r_hat beats the RL action's by
-   at least ``min_improvement`` (0.01 by default: about one more step survived on the reward's scale) and it does not
-   end in a blackout the RL action avoided; otherwise it goes into the next round's prompt as a failed attempt, up to
+   (like for like: same simulator, same cap). The proposal is accepted if it does not end in a blackout the RL
+   action avoided and either its reward r_hat beats the RL action's by at least ``min_improvement`` (0.01 by default:
+   about one more step survived on the reward's scale) or, no lower in reward, it ends with a max loading lower by
+   at least ``min_rho_drop`` (0.05) (:meth:`PolicyActor.better`); otherwise it goes into the next round's prompt as a failed attempt, up to
    ``max_rounds`` rounds.
 
 An accepted proposal becomes the transition (s, a_hat, r_hat, s_hat', done_hat) of the LLM partition with I_v = 1 and
@@ -90,6 +91,11 @@ def rollout(snapshot: Any, action: Any, *, safe_rule: SafeRule, reward_fn: Calla
             grid_action = safe_rule(obs)
     finally:
         env.close()
+
+
+def max_rho(obs: Any) -> float:
+    """Largest line loading of a grid2op observation."""
+    return float(np.max(obs.rho))
 
 
 def describe_outcome(r: Rollout) -> str:
@@ -167,19 +173,22 @@ class PolicyActor:
 
     def __init__(self, backend: LLMBackend | None, catalog: Any, layout: LineEndpoints, *,
                  reward_fn: Callable[[Any, bool], float], threshold: float, candidates: int = 8, max_rounds: int = 5,
-                 validation_steps: int = 48, min_improvement: float = 0.01, ranker: str = "llm",
-                 lac_alpha: float = 1.0, seed: int = 0) -> None:
+                 validation_steps: int = 48, min_improvement: float = 0.01, min_rho_drop: float = 0.05,
+                 ranker: str = "llm", lac_alpha: float = 1.0, seed: int = 0) -> None:
         if not 2 <= candidates <= len(LABELS):
             raise ValueError(f"candidates = {candidates} out of range [2, {len(LABELS)}]")
         if max_rounds < 1:
             raise ValueError(f"max_rounds = {max_rounds} out of range [1, 20]")
         if not min_improvement >= 0:
             raise ValueError(f"min_improvement = {min_improvement} out of range [0, inf)")
+        if not min_rho_drop >= 0:
+            raise ValueError(f"min_rho_drop = {min_rho_drop} out of range [0, inf)")
         self.backend, self.catalog, self.layout = backend, catalog, layout
         self.ranker = Ranker(ranker, backend, lac_alpha=lac_alpha, seed=seed)
         self.reward_fn, self.threshold = reward_fn, float(threshold)
         self.n_candidates, self.max_rounds = int(candidates), int(max_rounds)
         self.validation_steps, self.min_improvement = int(validation_steps), float(min_improvement)
+        self.min_rho_drop = float(min_rho_drop)
         self.stats = ActorStats()
         self._safe_rule: SafeRule | None = None
 
@@ -218,11 +227,21 @@ class PolicyActor:
             self.stats.validate_seconds += time.perf_counter() - started
 
     def better(self, outcome: Rollout, baseline: Rollout) -> bool:
-        """Whether a proposal's simulated segment beats the RL action's by the acceptance margin: reward higher by
-        at least ``min_improvement``, and no blackout where the RL action had none."""
+        """Whether a proposal's simulated segment beats the RL action's by the acceptance margin.
+
+        Never when it ends in a blackout the RL action avoided. Otherwise: its reward is higher by at least
+        ``min_improvement``, or (both survive) its reward is no lower and the max loading where it ends is lower by
+        at least ``min_rho_drop`` (a segment often ends at the next step, in danger whatever was played: then the
+        loading is what tells a better action).
+        """
         if outcome.blackout and not baseline.blackout:
             return False
-        return outcome.reward - baseline.reward >= max(self.min_improvement, 1e-12)
+        gain = outcome.reward - baseline.reward
+        if gain >= max(self.min_improvement, 1e-12):
+            return True
+        if outcome.blackout or baseline.blackout or gain < 0:
+            return False
+        return max_rho(baseline.obs) - max_rho(outcome.obs) >= max(self.min_rho_drop, 1e-12)
 
     def refine(self, snapshot: Any, obs: Any, rl_action: int, *, q_values: np.ndarray | None = None,
                may_call: Callable[[], bool] = lambda: True, max_rounds: int | None = None,

@@ -74,7 +74,8 @@ class LLMInLoop:
             self.actor = PolicyActor(
                 self.backend, run.catalog, LineEndpoints.from_env(run.env), reward_fn=run.step_reward,
                 threshold=cfg.env.threshold, candidates=ace.candidates, max_rounds=ace.max_rounds,
-                validation_steps=ace.validation_steps, min_improvement=ace.min_improvement, ranker=ace.ranker,
+                validation_steps=ace.validation_steps, min_improvement=ace.min_improvement,
+                min_rho_drop=ace.min_rho_drop, ranker=ace.ranker,
                 lac_alpha=ace.lac_alpha, seed=cfg.train.seed)
         self.critic = None
         if ace.critic:
