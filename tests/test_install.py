@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ace_hybrid.config import read_toml
+from ace_hybrid.cli import build_parser, find_config, main, shipped_names
+from ace_hybrid.config import load_config, read_toml
 
 REPO = Path(__file__).resolve().parents[1]
 PYPROJECT = read_toml(REPO / "pyproject.toml", "pyproject")
@@ -20,5 +21,42 @@ def test_license_file_is_mit_and_in_the_metadata() -> None:
     assert text.startswith("MIT License") and "Copyright (c) 2026 ace_hybrid developers" in text
     assert PYPROJECT["project"]["license"] == "MIT"
     assert PYPROJECT["project"]["license-files"] == ["LICENSE"]
+
+
+def test_every_shipped_file_resolves_by_name() -> None:
+    assert shipped_names("configs") == sorted(p.stem for p in (REPO / "configs").glob("*.toml"))
+    assert shipped_names("experiments") == sorted(p.stem for p in (REPO / "experiments").glob("*.toml"))
+    for name in shipped_names("configs"):
+        assert find_config(name).name == f"{name}.toml"
+        assert find_config(f"{name}.toml") == find_config(name)
+        load_config(find_config(name))  # a valid configuration
+    for name in shipped_names("experiments"):
+        path = find_config(name, "experiments")
+        config = read_toml(path, "experiment file")["config"]
+        assert (path.parent / config).is_file(), f"{name}: config = {config!r} must resolve beside it once installed"
+
+
+def test_unknown_names_list_the_shipped_ones() -> None:
+    with pytest.raises(FileNotFoundError, match="no training configuration 'nope'.*l2rpn_case14_sandbox"):
+        find_config("nope")
+    with pytest.raises(FileNotFoundError, match="experiment file nowhere/make_run.toml does not exist"):
+        find_config("nowhere/make_run.toml", "experiments")
+
+
+def test_commands_take_names_and_the_repositorys_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+    parser = build_parser()
+    args = parser.parse_args(["train", "--config", "l2rpn_neurips_2020_track1"])
+    assert args.config == find_config("l2rpn_neurips_2020_track1")
+    assert parser.parse_args(["experiment", "--config", "make_run"]).config.name == "make_run.toml"
+    monkeypatch.chdir(REPO)  # the README's commands, run from a checkout
+    assert parser.parse_args(["train", "--config", "configs/l2rpn_neurips_2020_track1.toml"]).config.is_file()
+    assert parser.parse_args(["experiment", "--config", "experiments/make_run.toml"]).config.is_file()
+
+
+def test_unknown_config_name_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--config", "nope"])
+    assert exit_info.value.code == 2
+    assert "l2rpn_case14_sandbox" in capsys.readouterr().err
 
 
