@@ -5,15 +5,24 @@ The last test builds the wheel and installs it alone (with numpy, its one depend
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+import ace_hybrid
 from ace_hybrid.cli import build_parser, find_config, main, shipped_names
 from ace_hybrid.config import load_config, read_toml
 
 REPO = Path(__file__).resolve().parents[1]
 PYPROJECT = read_toml(REPO / "pyproject.toml", "pyproject")
+#: Subprocesses import the ace_hybrid under test, wherever it is (not an older one installed in the environment).
+UNDER_TEST = {**os.environ, "PYTHONPATH": str(Path(ace_hybrid.__file__).parents[1])}
+#: Every optional dependency a command imports: blocked, they stand for an installation without extras.
+EXTRA_MODULES = ["torch", "grid2op", "lightsim2grid", "gymnasium", "tqdm", "matplotlib", "tensorboardX", "transformers",
+                 "peft"]
 
 
 def test_license_file_is_mit_and_in_the_metadata() -> None:
@@ -58,5 +67,29 @@ def test_unknown_config_name_is_a_usage_error(capsys: pytest.CaptureFixture[str]
         main(["train", "--config", "nope"])
     assert exit_info.value.code == 2
     assert "l2rpn_case14_sandbox" in capsys.readouterr().err
+
+
+def _run_without_extras(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    code = (f"import sys\nsys.modules.update(dict.fromkeys({EXTRA_MODULES!r}))  # import of X halted: not installed\n"
+            f"from ace_hybrid.cli import main\nsys.exit(main({argv!r}))\n")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=120,
+                          cwd=cwd, env=UNDER_TEST)
+
+
+def test_help_needs_no_extra(tmp_path: Path) -> None:
+    for argv in (["--help"], ["train", "--help"], ["experiment", "--help"]):
+        out = _run_without_extras(argv, tmp_path)
+        assert out.returncode == 0 and "usage: ace-hybrid" in out.stdout, out.stderr
+
+
+@pytest.mark.parametrize(("argv", "extra"), [
+    (["train", "--config", "l2rpn_case14_sandbox", "--run-dir", "run"], "train"),
+    (["evaluate", "--env", "l2rpn_case14_sandbox", "--agent", "do-nothing", "--out", "eval"], "grid"),
+    (["experiment", "--config", "make_run", "--out", "exp"], "train"),
+])
+def test_a_command_without_its_extra_names_it(argv: list[str], extra: str, tmp_path: Path) -> None:
+    out = _run_without_extras(argv, tmp_path)
+    assert out.returncode == 2, out.stderr
+    assert f"pip install 'ace-hybrid[{extra}]'" in out.stderr and "Traceback" not in out.stderr, out.stderr
 
 
