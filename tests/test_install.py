@@ -93,3 +93,9 @@ def test_a_command_without_its_extra_names_it(argv: list[str], extra: str, tmp_p
     assert f"pip install 'ace-hybrid[{extra}]'" in out.stderr and "Traceback" not in out.stderr, out.stderr
 
 
+def test_report_without_results_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", str(tmp_path)]) == 2
+    assert "no results.json" in capsys.readouterr().err
+    assert not (tmp_path / "report.md").exists()
+
+
