@@ -99,3 +99,22 @@ def test_report_without_results_is_an_error(tmp_path: Path, capsys: pytest.Captu
     assert not (tmp_path / "report.md").exists()
 
 
+def test_config_reads_toml_with_tomli_below_python_3_11() -> None:
+    """pyproject requires tomli exactly where config.py imports it: run config.py as Python 3.10 would see it."""
+    assert "tomli>=2.0; python_version < '3.11'" in PYPROJECT["project"]["dependencies"]
+    code = f"""
+import importlib.util, sys, tomllib
+sys.version_info = (3, 10, 13, "final", 0)
+sys.modules["tomllib"] = None          # absent before 3.11
+sys.modules["tomli"] = tomllib         # what pip installs there (same API)
+spec = importlib.util.spec_from_file_location("config310", {str(REPO / "python/ace_hybrid/config.py")!r})
+config = importlib.util.module_from_spec(spec)
+sys.modules["config310"] = config
+spec.loader.exec_module(config)
+assert config.tomllib is tomllib
+print(config.load_config({str(REPO / "configs/l2rpn_case14_sandbox.toml")!r}).env.name)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "l2rpn_case14_sandbox", out.stderr
+
+
