@@ -5,9 +5,12 @@ The last test builds the wheel and installs it alone (with numpy, its one depend
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
+import venv
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -118,3 +121,68 @@ print(config.load_config({str(REPO / "configs/l2rpn_case14_sandbox.toml")!r}).en
     assert out.returncode == 0 and out.stdout.strip() == "l2rpn_case14_sandbox", out.stderr
 
 
+# ----------------------------------------------------------------------------- the wheel, installed alone
+
+
+def _link_numpy(target: Path) -> None:
+    """numpy (the one required dependency) for the fresh environment, linked from this one: no network needed."""
+    spec = importlib.util.find_spec("numpy")
+    assert spec is not None and spec.origin is not None
+    site = Path(spec.origin).parents[1]
+    target.mkdir()
+    for name in ("numpy", "numpy.libs"):
+        if (site / name).exists():
+            (target / name).symlink_to(site / name)
+
+
+@pytest.mark.slow
+def test_the_wheel_alone_runs_the_cli_and_ships_configs_and_license(tmp_path: Path) -> None:
+    pytest.importorskip("scikit_build_core")  # built with this environment's tools (cibuildwheel's tests lack them)
+    dist = tmp_path / "dist"
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-q", "-w",
+                            str(dist), str(REPO)], capture_output=True, text=True, check=False, timeout=600)
+    assert build.returncode == 0, build.stderr[-3000:]
+    (wheel,) = dist.glob("ace_hybrid-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    for kind in ("configs", "experiments"):
+        shipped = sorted(Path(n).stem for n in names if n.startswith(f"ace_hybrid/data/{kind}/"))
+        assert shipped == sorted(p.stem for p in (REPO / kind).glob("*.toml")), kind
+    metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    assert "License-Expression: MIT" in metadata and "License-File: LICENSE" in metadata
+    assert 'Requires-Dist: tomli>=2.0; python_version < "3.11"' in metadata
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
+
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=False).create(env_dir)
+    python = env_dir / "bin" / "python"
+    install = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q",
+                              str(wheel)], capture_output=True, text=True, check=False, timeout=300)
+    assert install.returncode == 0, install.stderr[-3000:]
+    _link_numpy(tmp_path / "deps")
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    (site / "numpy_link.pth").write_text(str(tmp_path / "deps") + "\n")
+    clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    work = tmp_path / "work"  # not the repository: nothing may come from a checkout
+    work.mkdir()
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(list(args), capture_output=True, text=True, check=False, timeout=120, cwd=work, env=clean)
+
+    probe = run(str(python), "-c", "import importlib.util as u; print([m for m in ('torch', 'grid2op', 'gymnasium', "
+                "'matplotlib') if u.find_spec(m)])")
+    assert probe.stdout.strip() == "[]", "the fresh environment must hold no extra: " + probe.stdout + probe.stderr
+    cli = str(env_dir / "bin" / "ace-hybrid")
+    assert run(cli, "--help").returncode == 0
+    out = run(cli, "train", "--config", "l2rpn_neurips_2020_track1", "--run-dir", "run")
+    assert out.returncode == 2 and "pip install 'ace-hybrid[train]'" in out.stderr, out.stderr
+    out = run(cli, "report", str(work))
+    assert out.returncode == 2 and "no results.json" in out.stderr, out.stderr
+    code = ("import ace_hybrid, sys\nfrom ace_hybrid.cli import find_config, shipped_names\n"
+            "for kind in ('configs', 'experiments'):\n"
+            "    for name in shipped_names(kind):\n"
+            "        assert find_config(name, kind).is_relative_to(sys.prefix), find_config(name, kind)\n"
+            "print(len(shipped_names('configs')), len(shipped_names('experiments')))\n")
+    out = run(str(python), "-c", code)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [str(len(list((REPO / k).glob("*.toml")))) for k in ("configs", "experiments")]
