@@ -7,16 +7,89 @@ import pytest
 
 pytest.importorskip("grid2op")
 pytest.importorskip("gymnasium")
+import gymnasium
 from gymnasium.utils.env_checker import check_env
 
+from ace_hybrid.cli import find_config
+from ace_hybrid.config import load_config
+from ace_hybrid.grid import GYM_ID
 from ace_hybrid.grid.gym_env import GridGymEnv
+from ace_hybrid.grid.reward import step_reward
+
+import tiny_settings  # tests/ is on sys.path: see conftest.py
 
 pytestmark = pytest.mark.grid2op
 
 
-def test_passes_gymnasiums_checker() -> None:
-    env = GridGymEnv("l2rpn_case14_sandbox", threshold=0.0, max_steps=100)
-    check_env(env, skip_render_check=True)
+def test_registered_env_with_a_step_cap_passes_gymnasiums_checker() -> None:
+    # Scenario 0 of this grid stays calm for the first 100 steps: a reset must move on to an episode in danger.
+    env = gymnasium.make(GYM_ID, env_name="l2rpn_neurips_2020_track1", threshold=0.9, max_steps=100)
+    assert isinstance(env.unwrapped, GridGymEnv)
+    check_env(env.unwrapped, skip_render_check=True)  # also makes a second copy from the spec and closes it twice
+    env.close()
+
+
+def test_every_reset_starts_in_danger() -> None:
+    env = GridGymEnv("l2rpn_neurips_2020_track1", threshold=0.9, max_steps=100)
+    for seed in range(4):
+        _, info = env.reset(seed=seed)
+        assert info["max_rho"] >= 0.9, f"seed {seed}: the agent was asked to act in a calm state {info}"
+    env.close()
+
+
+def test_a_threshold_never_reached_is_an_error_naming_it() -> None:
+    env = GridGymEnv("l2rpn_case14_sandbox", threshold=4.0, max_steps=5)
+    with pytest.raises(ValueError, match="threshold = 4.0.*max_steps = 5"):
+        env.reset(seed=0)
+    env.close()
+
+
+def test_reward_is_the_training_reward_summed_over_the_decisions_steps() -> None:
+    cfg = load_config(find_config("l2rpn_case14_sandbox"), [*tiny_settings.TINY, "reward.step_scale=0.5"])
+    env = GridGymEnv.from_config(cfg)
+    assert (env.threshold, env.scenarios, env.max_steps) == (0.5, [0, 1], 120)
+    per_step: list[float] = []
+    inner = env.grid.step
+
+    def recording_step(action):  # the grid's steps, scored as the training loop scores them
+        obs, reward, done, info = inner(action)
+        per_step.append(step_reward(cfg.reward, obs, bool(done and info.get("exception"))))
+        return obs, reward, done, info
+
+    env.grid.step = recording_step
+    _, info = env.reset(seed=0)
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        per_step.clear()
+        assert np.array_equal(env.action_masks(), info["action_mask"])
+        action = int(rng.choice(np.flatnonzero(env.action_masks())))
+        _, reward, terminated, truncated, info = env.step(action)
+        assert per_step and reward == pytest.approx(sum(per_step), rel=1e-12)
+        if terminated or truncated:
+            break
+    env.close()
+
+
+@pytest.mark.slow
+def test_maskable_ppo_trains_through_the_registered_env() -> None:
+    pytest.importorskip("sb3_contrib")
+    from sb3_contrib import MaskablePPO
+
+    class LegalOnly(gymnasium.Wrapper):
+        """Fails on any action the mask forbids."""
+
+        def step(self, action):
+            assert self.env.unwrapped.action_masks()[int(action)], f"illegal action {action}"
+            return super().step(action)
+
+    env = LegalOnly(gymnasium.make(GYM_ID, env_name="l2rpn_case14_sandbox", threshold=0.5, max_steps=120))
+    model = MaskablePPO("MlpPolicy", env, n_steps=64, batch_size=32, n_epochs=1, seed=0, device="cpu")
+    model.learn(total_timesteps=256)
+    assert model.num_timesteps >= 256
+    obs, _ = env.reset(seed=1)
+    mask = env.unwrapped.action_masks()
+    action, _ = model.predict(obs, action_masks=mask, deterministic=True)
+    assert mask[int(action)]
     env.close()
 
 

@@ -98,7 +98,8 @@ def test_missing_metrics_and_results_give_sentences_not_errors(experiment_dir: P
     assert not (out / "figures" / "learning_curves.png").exists()
     assert "figures/test_survival.png" in referenced_images(report)
     (out / "results.json").unlink()
-    assert "No results.json" in write_report(out).read_text()
+    with pytest.raises(FileNotFoundError, match="no results.json"):  # nothing to report is an error (exit 2)
+        write_report(out)
     (out / "results.json").write_text("{not json")
     assert "not readable JSON" in write_report(out).read_text()
     with pytest.raises(FileNotFoundError, match="no experiment directory"):

@@ -1,12 +1,174 @@
-"""The ``ace-hybrid`` command line."""
+"""The ``ace-hybrid`` command line, and where it finds what ships with the package.
+
+``--config`` takes a path or the name of a shipped file: the training configurations of the repository's
+``configs/`` and the experiment files of its ``experiments/`` travel inside the wheel (``ace_hybrid/data/``), so
+``ace-hybrid train --config l2rpn_case14_sandbox`` works wherever the package is installed. A command whose optional
+dependencies are missing names the extra to install (``pip install 'ace-hybrid[train]'``) instead of a traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Sequence
+
+__all__ = ["SHIPPED_KINDS", "build_parser", "find_config", "main", "missing_extra", "shipped_names"]
+
+_PACKAGE = Path(__file__).resolve().parent
+#: The repository, when the package runs from a source checkout (PYTHONPATH=python, editable installs); else None.
+_CHECKOUT = _PACKAGE.parents[1] if (_PACKAGE.parents[1] / "pyproject.toml").is_file() else None
+
+SHIPPED_KINDS: dict[str, str] = {"configs": "training configuration", "experiments": "experiment file"}
+"""The folders of shipped TOML files (``configs/``, ``experiments/``) and what each holds."""
+
+COMMAND_EXTRAS: dict[str, str] = {"train": "train", "evaluate": "grid", "experiment": "train", "report": "report"}
+"""The extra of pyproject.toml each command needs (``evaluate`` with a checkpoint agent also needs ``train``)."""
+
+
+# ----------------------------------------------------------------------------- shipped configurations
+
+
+def _shipped_dir(kind: str) -> Path:
+    """The folder of the shipped ``kind`` files: the checkout's ``<kind>/``, else the installed package's copy."""
+    if kind not in SHIPPED_KINDS:
+        raise ValueError(f"kind = {kind!r} is not one of {', '.join(SHIPPED_KINDS)}")
+    for folder in ([_CHECKOUT / kind] if _CHECKOUT else []) + [_PACKAGE / "data" / kind]:
+        if folder.is_dir():
+            return folder
+    raise FileNotFoundError(f"no shipped {kind}/ found beside {_PACKAGE} (a broken installation: reinstall)")
+
+
+def shipped_names(kind: str = "configs") -> list[str]:
+    """Names of the shipped ``kind`` files ("configs" or "experiments"), e.g. ``["l2rpn_case14_sandbox", ...]``."""
+    return sorted(p.stem for p in _shipped_dir(kind).glob("*.toml"))
+
+
+def find_config(name: str | Path, kind: str = "configs") -> Path:
+    """A TOML file by path, or by the name of a shipped one.
+
+    Parameters
+    ----------
+    name
+        A path to an existing file, or a bare name (``l2rpn_case14_sandbox``, with or without ``.toml``) of a file
+        in the package's ``configs/`` (``kind="configs"``) or ``experiments/`` (``kind="experiments"``).
+    kind
+        Where bare names are looked up.
+
+    Raises ``FileNotFoundError`` naming the shipped files when ``name`` is neither.
+    """
+    path = Path(name)
+    if path.is_file():
+        return path
+    what = SHIPPED_KINDS.get(kind, kind)
+    if path.parent == Path(".") and path.suffix in ("", ".toml"):
+        shipped = _shipped_dir(kind) / f"{path.stem}.toml"
+        if shipped.is_file():
+            return shipped
+        raise FileNotFoundError(f"no {what} {str(name)!r}: not a file, nor a shipped name "
+                                f"({', '.join(shipped_names(kind))})")
+    raise FileNotFoundError(f"{what} {path} does not exist")
+
+
+def _toml_argument(kind: str) -> Callable[[str], Path]:
+    """An argparse ``type`` resolving ``--config`` through :func:`find_config` (a usage error when it fails)."""
+
+    def convert(text: str) -> Path:
+        try:
+            return find_config(text, kind)
+        except FileNotFoundError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return convert
+
+
+def _names_hint(kind: str) -> str:
+    try:
+        return ", ".join(shipped_names(kind))
+    except FileNotFoundError:
+        return "none found"
+
+
+# ----------------------------------------------------------------------------- missing optional dependencies
+
+
+def _normalise(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+_REQUIREMENT = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[([^\]]*)\])?")
+_EXTRA_MARKER = re.compile(r"""extra\s*==\s*['"]([^'"]+)['"]""")
+
+
+def _declared_extras() -> dict[str, list[str]]:
+    """Each extra's requirements, in pyproject.toml's order: from the checkout's pyproject.toml (the one list of
+    dependencies) or, installed, from the package's metadata (which the wheel build copies from it)."""
+    if _CHECKOUT is not None:
+        from ace_hybrid.config import read_toml
+
+        return dict(read_toml(_CHECKOUT / "pyproject.toml", "pyproject")["project"].get("optional-dependencies", {}))
+    from importlib import metadata
+
+    try:
+        requires = metadata.requires("ace-hybrid") or []
+    except metadata.PackageNotFoundError:
+        return {}
+    out: dict[str, list[str]] = {}
+    for req in requires:
+        marker = _EXTRA_MARKER.search(req)
+        if marker:
+            out.setdefault(marker.group(1), []).append(req.split(";")[0])
+    return out
+
+
+def _extra_packages() -> dict[str, set[str]]:
+    """Each extra's distribution names (normalised), with self-references such as ``ace-hybrid[grid]`` expanded."""
+    declared = _declared_extras()
+
+    def expand(extra: str, seen: frozenset[str]) -> set[str]:
+        out: set[str] = set()
+        for req in declared.get(extra, []):
+            match = _REQUIREMENT.match(req)
+            if match is None:
+                continue
+            if _normalise(match.group(1)) == "ace-hybrid":
+                for sub in (s.strip() for s in (match.group(2) or "").split(",")):
+                    if sub and sub not in seen:
+                        out |= expand(sub, seen | {sub})
+            else:
+                out.add(_normalise(match.group(1)))
+        return out
+
+    return {extra: expand(extra, frozenset([extra])) for extra in declared}
+
+
+def missing_extra(exc: BaseException, wanted: str | None = None) -> str | None:
+    """What to install when ``exc`` comes from a missing optional dependency, or None when it does not.
+
+    Follows the exception's cause chain to the ``ModuleNotFoundError`` and maps its top-level module to the extras
+    of pyproject.toml that provide it: ``wanted`` (the extra the caller needs) if it is one of them, else the first
+    (in pyproject's order) that also holds all of ``wanted``, else the first. Returns e.g.
+    ``"torch is not installed: pip install 'ace-hybrid[train]'"``.
+    """
+    seen: set[int] = set()
+    node: BaseException | None = exc
+    while node is not None and id(node) not in seen:
+        seen.add(id(node))
+        if isinstance(node, ModuleNotFoundError) and node.name:
+            break
+        node = node.__cause__ or node.__context__
+    if node is None or not isinstance(node, ModuleNotFoundError) or not node.name:
+        return None
+    module = node.name.split(".")[0]
+    extras = _extra_packages()
+    providers = [extra for extra, packages in extras.items() if _normalise(module) in packages]
+    if not providers:
+        return None
+    need = extras.get(wanted or "", set())
+    extra = wanted if wanted in providers else next((e for e in providers if need <= extras[e]), providers[0])
+    return f"{module} is not installed: pip install 'ace-hybrid[{extra}]'"
 
 
 def _int_list(text: str) -> list[int]:
@@ -64,7 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
         "then every --set key=value. A run directory holds checkpoints, the replay, metrics.jsonl, TensorBoard "
         "events and evaluations; --resume continues a stopped run from its last checkpoint.",
     )
-    tr.add_argument("--config", type=Path, default=None, help="a TOML file (see configs/)")
+    tr.add_argument("--config", type=_toml_argument("configs"), default=None, metavar="FILE|NAME",
+                    help=f"a TOML file, or a shipped configuration by name ({_names_hint('configs')})")
     tr.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                     help="override one field, e.g. --set sac.lr_actor=1e-4 --set train.total_env_steps=5000")
     tr.add_argument("--run-dir", type=Path, default=None, help="output folder (default runs/<env>-<time>)")
@@ -81,7 +244,8 @@ def build_parser() -> argparse.ArgumentParser:
         "finished cell is never rerun, so rerunning the command continues where it stopped. Writes results.json, "
         "results.csv, results.md (mean ± std over seeds) and report.md with figures, and prints the table.",
     )
-    ex.add_argument("--config", type=Path, required=True, help="an experiment TOML file (see experiments/)")
+    ex.add_argument("--config", type=_toml_argument("experiments"), required=True, metavar="FILE|NAME",
+                    help=f"an experiment TOML file, or a shipped one by name ({_names_hint('experiments')})")
     ex.add_argument("--out", type=Path, default=None, help="output folder (default runs/<experiment name>)")
     ex.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                     help="override a configuration field in every row, after the file's set/ace_set and before "
@@ -195,6 +359,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return commands[args.command](args)
     except (ValueError, IndexError, FileNotFoundError, FileExistsError) as exc:
         print(f"ace-hybrid {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except ImportError as exc:  # an optional dependency the command needs: name the extra, not a traceback
+        hint = missing_extra(exc, COMMAND_EXTRAS.get(args.command))
+        if hint is None:
+            raise
+        print(f"ace-hybrid {args.command}: error: {hint}", file=sys.stderr)
         return 2
 
 

@@ -8,8 +8,9 @@ Figures (PNG, matplotlib's Agg canvas, no display needed), written to ``DIR/figu
 - ``llm.png``: cumulative LLM calls and acceptance rate over training (``llm/*`` lines of ``metrics.jsonl``);
 - ``time_split.png``: where training time went per training row (environment, updates, LLM, evaluation, other).
 
-Anything missing (no results, a deleted run directory, no LLM lines) becomes a sentence in the report, never an
-error. Comparable figures from the paper (ACE, arXiv 2506.02522) are put beside ours with what differs.
+A directory without ``results.json`` is an error (there is nothing to report); anything else missing (an unreadable
+results.json, a deleted run directory, no LLM lines) becomes a sentence in the report. Comparable figures from the
+paper (ACE, arXiv 2506.02522) are put beside ours with what differs.
 """
 
 from __future__ import annotations
@@ -313,22 +314,21 @@ def _differences(results: dict[str, Any]) -> list[str]:
 def write_report(out_dir: str | Path) -> Path:
     """Write ``out_dir/report.md`` and its figures from ``out_dir/results.json``; returns the report's path.
 
-    Raises ``FileNotFoundError`` only when ``out_dir`` itself does not exist; missing results or metrics become
-    sentences in the report.
+    Raises ``FileNotFoundError`` when ``out_dir`` or its ``results.json`` does not exist (nothing is written then);
+    an unreadable results.json or missing metrics become sentences in the report.
     """
     out = Path(out_dir)
     if not out.is_dir():
         raise FileNotFoundError(f"no experiment directory at {out}")
+    results_path = out / "results.json"
+    if not results_path.is_file():
+        raise FileNotFoundError(f"no results.json in {out}: nothing to report (run `ace-hybrid experiment --config "
+                                f"FILE.toml --out {out}` first)")
     fig_dir = out / "figures"
     fig_dir.mkdir(exist_ok=True)
     for old in fig_dir.glob("*.png"):
         old.unlink()  # a figure whose data has gone must not linger beside the new report
     path = out / "report.md"
-    results_path = out / "results.json"
-    if not results_path.is_file():
-        path.write_text(f"# Report\n\nNo results.json in {out}: run `ace-hybrid experiment --config FILE.toml "
-                        f"--out {out}` first.\n")
-        return path
     try:
         results = json.loads(results_path.read_text())
     except json.JSONDecodeError as exc:

@@ -1,8 +1,15 @@
-"""A ``gymnasium.Env`` over the action catalog, with the legal mask in ``info["action_mask"]``.
+"""A ``gymnasium.Env`` over the action catalog: the training run's decisions, masks and reward.
 
 The agent is asked to act only in danger states (max rho >= threshold); between decisions the activation rule's
-safe policy steps the grid, and the reward returned is the sum of the environment's rewards since the last
-decision (a semi-MDP: one transition per decision, see the SAC documentation).
+safe policy steps the grid, and the reward of a step is the training reward: :func:`~ace_hybrid.grid.reward.step_reward`
+summed over every environment step from the decision to the next one (a semi-MDP: one transition per decision, as
+``ace-hybrid train`` stores them).
+
+Registered with gymnasium as ``ace_hybrid/Grid-v0`` when :mod:`ace_hybrid.grid` is imported; the legal actions are
+in ``info["action_mask"]`` and in :meth:`GridGymEnv.action_masks` (what sb3-contrib's ``MaskablePPO`` calls)::
+
+    import gymnasium, ace_hybrid.grid
+    env = gymnasium.make("ace_hybrid/Grid-v0", env_name="l2rpn_case14_sandbox", threshold=0.5, max_steps=120)
 """
 
 from __future__ import annotations
@@ -14,12 +21,15 @@ import numpy as np
 try:
     import gymnasium as gym
 except ImportError as exc:  # pragma: no cover
-    raise ImportError("ace_hybrid.grid.gym_env needs gymnasium: pip install gymnasium") from exc
+    raise ImportError("ace_hybrid.grid.gym_env needs gymnasium: pip install 'ace-hybrid[grid]'") from exc
 
+from ace_hybrid.config import Config, RewardConfig
 from ace_hybrid.grid.env import make_env, n_scenarios, reset_episode
 from ace_hybrid.grid.features import ObservationFeatures
+from ace_hybrid.grid.reward import step_reward
 from ace_hybrid.grid.rules import SafeRule, in_danger
 
+__all__ = ["FEATURE_BOUND", "GridGymEnv"]
 
 #: Bound of the observation box (features are loads in MW, ratios and flags: far below it).
 FEATURE_BOUND = 1e6
@@ -39,10 +49,19 @@ class GridGymEnv(gym.Env):
     threshold
         Danger threshold: the agent acts only when max rho >= threshold (0 makes every step a decision).
     max_steps
-        Optional cap on environment steps per episode (the episode is truncated there).
+        Optional cap on environment (grid) steps per episode, like ``env.max_episode_steps`` of a training run: the
+        episode is truncated there. Gymnasium's own ``max_episode_steps`` counts decisions instead.
+    reward
+        The reward's scale (``[reward]`` of a configuration); the defaults are a training run's.
+
+    An episode starts at its first danger state: a reset draws episodes (scenario and seed) until one reaches
+    danger within ``max_steps``, and raises ``ValueError`` after :attr:`RESET_ATTEMPTS` that do not.
     """
 
     metadata = {"render_modes": []}
+
+    #: Episodes tried per reset to find one that reaches a danger state.
+    RESET_ATTEMPTS = 10
 
     def __init__(
         self,
@@ -52,9 +71,14 @@ class GridGymEnv(gym.Env):
         scenarios: list[int] | None = None,
         threshold: float = 0.9,
         max_steps: int | None = None,
+        reward: RewardConfig | None = None,
     ) -> None:
         from ace_hybrid.grid.catalog import ActionCatalog
 
+        if max_steps is not None and max_steps <= 0:
+            raise ValueError(f"max_steps = {max_steps} out of range [1, inf)")
+        self.reward_cfg = reward if reward is not None else RewardConfig()
+        self.reward_cfg.validate()
         self.grid = make_env(env_name, seed=env_seed)
         self.catalog = ActionCatalog.for_env(self.grid)
         self.features = ObservationFeatures(self.grid)
@@ -65,37 +89,48 @@ class GridGymEnv(gym.Env):
         for s in self.scenarios:
             if not 0 <= s < count:
                 raise IndexError(f"scenario {s} out of range [0, {count})")
-        if max_steps is not None and max_steps <= 0:
-            raise ValueError(f"max_steps = {max_steps} out of range [1, inf)")
         self.max_steps = max_steps
         self.action_space = gym.spaces.Discrete(len(self.catalog))
         self.observation_space = gym.spaces.Box(-FEATURE_BOUND, FEATURE_BOUND, shape=(self.features.dim,),
                                                 dtype=np.float32)
         self._obs: Any = None
         self._steps = 0
+        self._closed = False
+
+    @classmethod
+    def from_config(cls, cfg: Config) -> GridGymEnv:
+        """The environment a training run of ``cfg`` acts in: its grid, training scenarios, threshold, episode cap
+        (``env.max_episode_steps``, 0 for none) and reward."""
+        return cls(cfg.env.name, env_seed=cfg.env.env_seed, scenarios=list(cfg.env.train_scenarios),
+                   threshold=cfg.env.threshold, max_steps=cfg.env.max_episode_steps or None, reward=cfg.reward)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        """Start an episode at its first danger state.
+
+        ``options`` may fix ``"scenario"`` and ``"episode_seed"`` (then attempt k plays seed ``episode_seed + k``);
+        what is not fixed is drawn from the reset's generator. ``info`` names the episode played.
+        """
         super().reset(seed=seed)
         options = options or {}
-        scenario = int(options.get("scenario", self.np_random.choice(self.scenarios)))
-        episode_seed = int(options.get("episode_seed", self.np_random.integers(0, 2**31 - 1)))
         for attempt in range(self.RESET_ATTEMPTS):
-            self._obs = reset_episode(self.grid, scenario, episode_seed + attempt)
+            scenario = int(options["scenario"] if "scenario" in options else self.np_random.choice(self.scenarios))
+            episode_seed = (int(options["episode_seed"]) + attempt if "episode_seed" in options
+                            else int(self.np_random.integers(0, 2**31 - 1)))
+            self._obs = reset_episode(self.grid, scenario, episode_seed)
             self._steps = 0
             _, terminated, truncated = self._advance_to_danger()
             if not (terminated or truncated):
-                break
-        else:
-            # No danger state in several episodes (a calm scenario): let the agent act from the start.
-            attempt = 0
-            self._obs = reset_episode(self.grid, scenario, episode_seed)
-            self._steps = 0
-        return self._features(), self._info(scenario=scenario, episode_seed=episode_seed + attempt)
-
-    #: Episodes tried per reset to find one that reaches a danger state.
-    RESET_ATTEMPTS = 5
+                return self._features(), self._info(scenario=scenario, episode_seed=episode_seed)
+        cap = f"within max_steps = {self.max_steps} steps" if self.max_steps is not None else "before its end"
+        raise ValueError(f"threshold = {self.threshold}: none of {self.RESET_ATTEMPTS} episodes of scenarios "
+                         f"{options.get('scenario', self.scenarios)} reached a danger state {cap}; lower the threshold "
+                         f"or raise max_steps")
 
     def step(self, action: int):
+        """Play ``action`` in the current danger state, then the safe rule until the next one (or the episode's end).
+
+        The reward is :func:`~ace_hybrid.grid.reward.step_reward` summed over all those environment steps.
+        """
         if not 0 <= int(action) < len(self.catalog):
             raise IndexError(f"action {action} out of range [0, {len(self.catalog)})")
         reward, terminated, truncated = self._grid_step(self.catalog.action(int(action)))
@@ -104,15 +139,20 @@ class GridGymEnv(gym.Env):
             reward += more
         return self._features(), float(reward), terminated, truncated, self._info()
 
+    def action_masks(self) -> np.ndarray:
+        """The legal actions of the current state, ``(n,)`` bool (sb3-contrib's ``MaskablePPO`` calls this)."""
+        return self.catalog.legal_mask(self._obs)
+
     def _features(self) -> np.ndarray:
         return np.clip(self.features(self._obs), -FEATURE_BOUND, FEATURE_BOUND)
 
     def _grid_step(self, grid_action: Any) -> tuple[float, bool, bool]:
-        self._obs, reward, done, info = self.grid.step(grid_action)
+        """One environment step: the training reward of that step, blackout (terminated), truncated."""
+        self._obs, _, done, info = self.grid.step(grid_action)
         self._steps += 1
         blackout = bool(done and info.get("exception"))
         truncated = (done and not blackout) or (self.max_steps is not None and self._steps >= self.max_steps)
-        return float(reward), blackout, bool(truncated)
+        return step_reward(self.reward_cfg, self._obs, blackout), blackout, bool(truncated)
 
     def _advance_to_danger(self) -> tuple[float, bool, bool]:
         """Let the safe rule play until the grid is in danger or the episode ends."""
@@ -129,4 +169,7 @@ class GridGymEnv(gym.Env):
                 "steps": self._steps, **extra}
 
     def close(self) -> None:
-        self.grid.close()
+        """Close the Grid2Op environment; closing again does nothing (gymnasium's contract)."""
+        if not self._closed:
+            self._closed = True
+            self.grid.close()
