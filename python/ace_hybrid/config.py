@@ -39,6 +39,16 @@ def _check(cond: bool, name: str, value: Any, valid: str) -> None:
         raise ValueError(f"{name} = {value!r} is invalid: {valid}")
 
 
+def parse_action_set(spec: str) -> int | None:
+    """``env.action_set``: "full" -> None, "tutor:N" -> N (ValueError naming the value otherwise)."""
+    if spec == "full":
+        return None
+    kind, _, n = spec.partition(":")
+    if kind == "tutor" and n.isdigit() and 1 <= int(n) <= 100_000:
+        return int(n)
+    raise ValueError(f"env.action_set = {spec!r} is invalid: 'full' or 'tutor:N' with N in [1, 100000]")
+
+
 @dataclass
 class EnvConfig:
     """The Grid2Op environment and the episodes used for training and evaluation."""
@@ -63,6 +73,12 @@ class EnvConfig:
     deploy_topk: int = 8
     """At evaluation, the policy's k most likely legal actions and do nothing are checked with one obs.simulate
     each and the safest is played (0: play the policy's most likely action unchecked)."""
+    action_set: str = "full"
+    """The actions the policy chooses among: "full" (the whole catalog, ACE's setting) or "tutor:N" (do nothing, the
+    line reconnections and the N actions a simulating tutor found best most often in danger states of the training
+    scenarios; see ace_hybrid.grid.action_set)."""
+    action_set_states: int = 400
+    """Danger states of the training scenarios the tutor examines to select a "tutor:N" action set."""
 
     def validate(self) -> None:
         _check(0.0 <= self.threshold <= 5.0, "env.threshold", self.threshold, "must be in [0, 5]")
@@ -72,6 +88,9 @@ class EnvConfig:
         _check(self.max_episode_steps >= 0, "env.max_episode_steps", self.max_episode_steps, "must be >= 0")
         _check(self.eval_max_steps >= 0, "env.eval_max_steps", self.eval_max_steps, "must be >= 0")
         _check(self.deploy_topk >= 0, "env.deploy_topk", self.deploy_topk, "must be >= 0")
+        parse_action_set(self.action_set)
+        _check(1 <= self.action_set_states <= 1_000_000, "env.action_set_states", self.action_set_states,
+               "must be in [1, 1000000]")
 
 
 @dataclass

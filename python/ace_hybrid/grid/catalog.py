@@ -207,6 +207,11 @@ class ActionCatalog:
         mask[0] = True
         return mask
 
+    def mask_batch(self, line_status: np.ndarray, cooldown_line: np.ndarray,
+                   cooldown_sub: np.ndarray) -> npt.NDArray[np.bool_]:
+        """(B, n) legal masks from line status and cooldowns (:meth:`LegalityMasker.mask_batch`)."""
+        return self.masker.mask_batch(line_status, cooldown_line, cooldown_sub)
+
     # ------------------------------------------------------------------ features, text, shortlist
 
     def features(self) -> npt.NDArray[np.int8]:

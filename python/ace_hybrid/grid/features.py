@@ -172,22 +172,22 @@ class MaskFromFeatures:
     ----------
     features
         The :class:`ObservationFeatures` that made the vectors.
-    catalog
-        The :class:`~ace_hybrid.grid.catalog.ActionCatalog` whose legality masker builds the masks.
+    actions
+        The :class:`~ace_hybrid.grid.action_set.ActionSet` (or catalog) whose ``mask_batch`` builds the masks.
     """
 
-    def __init__(self, features: ObservationFeatures, catalog: Any) -> None:
+    def __init__(self, features: ObservationFeatures, actions: Any) -> None:
         offsets, start = {}, 0
         for name, length in features.blocks:
             offsets[name] = slice(start, start + length)
             start += length
         self.status, self.cooldown_line, self.cooldown_sub = (
             offsets["line_status"], offsets["cooldown_line"], offsets["cooldown_sub"])
-        self.catalog = catalog
+        self.actions = actions
 
     def __call__(self, raw: np.ndarray) -> np.ndarray:
         """(B, D) raw features -> (B, n_actions) bool legal masks."""
         status = raw[:, self.status] > 0.5
         cdl = (raw[:, self.cooldown_line] > 0).astype(np.int64)
         cds = (raw[:, self.cooldown_sub] > 0).astype(np.int64)
-        return self.catalog.masker.mask_batch(status, cdl, cds)
+        return self.actions.mask_batch(status, cdl, cds)

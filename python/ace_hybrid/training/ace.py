@@ -72,7 +72,7 @@ class LLMInLoop:
         self.actor = None
         if ace.actor:
             self.actor = PolicyActor(
-                self.backend, run.catalog, LineEndpoints.from_env(run.env), reward_fn=run.step_reward,
+                self.backend, run.actions, LineEndpoints.from_env(run.env), reward_fn=run.step_reward,
                 threshold=cfg.env.threshold, candidates=ace.candidates, max_rounds=ace.max_rounds,
                 validation_steps=ace.validation_steps, min_improvement=ace.min_improvement,
                 min_rho_drop=ace.min_rho_drop, ranker=ace.ranker,
@@ -80,7 +80,7 @@ class LLMInLoop:
         self.critic = None
         if ace.critic:
             n_line = int(run.env.n_line)
-            self.critic = ValueCritic(self.backend, ace, describe_action=run.catalog.describe,
+            self.critic = ValueCritic(self.backend, ace, describe_action=run.actions.describe,
                                       max_rho=lambda raw: np.asarray(raw)[:, :n_line].max(axis=1))
         self.critic_totals = {"rounds": 0, "trajectories": 0, "calls": 0, "malformed": 0, "errors": 0,
                               "adjusted_steps": 0, "total_abs_adjustment": 0.0}
@@ -145,7 +145,7 @@ class LLMInLoop:
                 return None
             started = time.perf_counter()
             x = run.normalizer(p.obs)
-            q = run.sac.q_values(x, run.catalog.legal_mask(p.grid_obs))
+            q = run.sac.q_values(x, run.actions.legal_mask(p.grid_obs))
             if self.coevo is not None and self.coevo.wants_probe():
                 self.coevo.add_probe(ProbeProblem(snapshot, p.grid_obs, p.action, q))
                 keep = True
@@ -174,7 +174,7 @@ class LLMInLoop:
                 snapshot.close()
 
     def _log_refinement(self, run: Run, p: Pending, ref: Refinement) -> None:
-        describe = run.catalog.describe
+        describe = run.actions.describe
         line = {"env_steps": run.counters.env_steps, "episode": p.episode, "decision": p.decision,
                 "reward": p.reward, "max_rho": p.max_rho, "blackout": p.blackout, "ranker": self.ace.ranker,
                 "rl_action": describe(p.action), "rounds": ref.rounds, "calls": ref.calls,

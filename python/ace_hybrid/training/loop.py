@@ -102,7 +102,7 @@ def train_episode(run: Run, bar: Any) -> None:
             if pending is not None:
                 store(run, pending, x, done=False, truncated=False)
             pending = decide(run, obs, x, episode, 0 if pending is None else pending.decision + 1)
-            grid_action = run.catalog.action(pending.action)
+            grid_action = run.actions.action(pending.action)
             update(run)
         else:
             grid_action = run.safe_rule(obs)
@@ -133,7 +133,7 @@ def train_episode(run: Run, bar: Any) -> None:
 def decide(run: Run, obs: Any, x: np.ndarray, episode: int, decision: int) -> Pending:
     """The policy's action in a danger state (sampled: SAC explores through its entropy)."""
     run.normalizer.update(x)
-    action = run.sac.act(run.normalizer(x), run.catalog.legal_mask(obs))
+    action = run.sac.act(run.normalizer(x), run.actions.legal_mask(obs))
     run.counters.decisions += 1
     snapshot = None
     if run.llm is not None and run.llm.wants_snapshot():

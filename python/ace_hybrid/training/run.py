@@ -14,6 +14,8 @@ import numpy as np
 import torch
 
 from ace_hybrid.config import Config
+from ace_hybrid.config import parse_action_set
+from ace_hybrid.grid.action_set import ActionSet, select_by_tutor
 from ace_hybrid.grid.catalog import ActionCatalog
 from ace_hybrid.grid.env import make_env, n_scenarios
 from ace_hybrid.grid.features import MaskFromFeatures, ObservationFeatures, RunningNormalizer
@@ -23,7 +25,19 @@ from ace_hybrid.replay import MixedReplayBuffer
 from ace_hybrid.sac import DiscreteSAC
 from ace_hybrid.training.metrics import MetricsLogger
 
-__all__ = ["Counters", "Pending", "Run"]
+__all__ = ["Counters", "Pending", "Run", "action_set_indices"]
+
+
+def action_set_indices(cfg: Config, env: Any, catalog: ActionCatalog) -> list[int] | None:
+    """Catalog indices of the run's action set (None: the whole catalog); a "tutor:N" set is selected on the
+    training scenarios (seeds from ``env.train_seed_start``), cached beside the catalog."""
+    n = parse_action_set(cfg.env.action_set)
+    if n is None:
+        return None
+    scenarios = cfg.env.train_scenarios
+    pairs = [(scenarios[k % len(scenarios)], cfg.env.train_seed_start + k) for k in range(4 * len(scenarios) + 16)]
+    return select_by_tutor(env, catalog, n, pairs, threshold=cfg.env.threshold,
+                           max_states=cfg.env.action_set_states).tolist()
 
 
 @dataclass
@@ -80,12 +94,14 @@ class Run:
                 raise IndexError(f"scenario {s} (env.train_scenarios / env.eval_pairs) out of range [0, {count}) "
                                  f"for {cfg.env.name}")
         self.catalog = ActionCatalog.for_env(self.env)
+        self.actions = ActionSet(self.catalog, action_set_indices(cfg, self.env, self.catalog))
+        """The policy's actions (``env.action_set``): the policy, the replay and the LLM actor use its indices."""
         self.features = ObservationFeatures(self.env)
-        self.masks = MaskFromFeatures(self.features, self.catalog)
+        self.masks = MaskFromFeatures(self.features, self.actions)
         self.normalizer = RunningNormalizer(self.features.dim)
         self.safe_rule = SafeRule(self.env.action_space, threshold=cfg.env.threshold)
-        self.sac = DiscreteSAC(self.features.dim, len(self.catalog), cfg.sac,
-                               action_features=self.catalog.features(), seed=cfg.train.seed)
+        self.sac = DiscreteSAC(self.features.dim, len(self.actions), cfg.sac,
+                               action_features=self.actions.features(), seed=cfg.train.seed)
         r = cfg.replay
         self.replay = MixedReplayBuffer(self.features.dim, r.rl_capacity, r.llm_capacity, alpha=r.alpha,
                                         beta=r.beta, tau=r.tau, seed=cfg.train.seed)
