@@ -158,6 +158,16 @@ class TrainConfig:
     """Evaluate on the held-out pairs every this many environment steps (0: only at the end)."""
     checkpoint_every: int = 2_000
     """Write a checkpoint every this many environment steps (and at the end)."""
+    tutor_steps: int = 0
+    """Expert-guided warm start: for the first this many environment steps the greedy expert (simulating
+    tutor_budget of the policy's actions) decides instead of the policy, and its decisions go to the replay's
+    validated partition (the LLM partition, I_v = 1), where the imitation loss and the critic learn from them."""
+    tutor_budget: int = 30
+    """Simulations per decision of the tutor (the do-nothing reference included)."""
+    imitation_weight: float = 0.0
+    """Weight of the auxiliary loss -log pi(a | s) on the validated rows of each batch (LLM-refined or tutor
+    decisions); Eq. 8 draws those rows with probability proportional to I_v exp((r_hat - r) / tau), so the loss is
+    the Eq. 8-weighted cross-entropy in expectation. 0 turns it off."""
     seed: int = 0
     """Seed of the networks, the replay and the exploration."""
     torch_threads: int = 0
@@ -170,6 +180,10 @@ class TrainConfig:
                "must be >= 0")
         _check(self.eval_every >= 0, "train.eval_every", self.eval_every, "must be >= 0")
         _check(self.checkpoint_every > 0, "train.checkpoint_every", self.checkpoint_every, "must be > 0")
+        _check(self.tutor_steps >= 0, "train.tutor_steps", self.tutor_steps, "must be >= 0")
+        _check(2 <= self.tutor_budget <= 10_000, "train.tutor_budget", self.tutor_budget, "must be in [2, 10000]")
+        _check(0.0 <= self.imitation_weight <= 1000.0, "train.imitation_weight", self.imitation_weight,
+               "must be in [0, 1000]")
         _check(self.torch_threads >= 0, "train.torch_threads", self.torch_threads, "must be >= 0")
 
 

@@ -104,7 +104,8 @@ class GreedyExpertAgent(RuleAgent):
     action_space
         The environment's action space.
     catalog
-        The :class:`~ace_hybrid.grid.catalog.ActionCatalog` of the environment.
+        The :class:`~ace_hybrid.grid.catalog.ActionCatalog` of the environment, or an
+        :class:`~ace_hybrid.grid.action_set.ActionSet` (the tutor of a run works in its indices).
     budget
         Simulations per decision (the do-nothing reference included).
     threshold
@@ -121,10 +122,14 @@ class GreedyExpertAgent(RuleAgent):
         self.budget = int(budget)
 
     def decide(self, observation: Any) -> Any:
+        return self.catalog.action(self.choose(observation))
+
+    def choose(self, observation: Any) -> int:
+        """The catalog index of the best simulated candidate (0, do nothing, unless one beats it)."""
         shortlist = self.catalog.shortlist(observation, self.budget - 1)
         best_index, best_rho = 0, self._simulate_max_rho(observation, self.catalog.action(0))
         for index in shortlist:
             rho = self._simulate_max_rho(observation, self.catalog.action(int(index)))
             if rho < best_rho:
                 best_index, best_rho = int(index), rho
-        return self.catalog.action(best_index)
+        return best_index

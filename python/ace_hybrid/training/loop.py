@@ -131,10 +131,17 @@ def train_episode(run: Run, bar: Any) -> None:
 
 
 def decide(run: Run, obs: Any, x: np.ndarray, episode: int, decision: int) -> Pending:
-    """The policy's action in a danger state (sampled: SAC explores through its entropy)."""
+    """The policy's action in a danger state (sampled: SAC explores through its entropy), or the tutor's during the
+    expert-guided warm start (``train.tutor_steps``)."""
     run.normalizer.update(x)
-    action = run.sac.act(run.normalizer(x), run.actions.legal_mask(obs))
     run.counters.decisions += 1
+    if run.tutor is not None and run.counters.env_steps < run.cfg.train.tutor_steps:
+        t0 = time.perf_counter()
+        action = run.tutor.choose(obs)
+        run.time_split["tutor"] += time.perf_counter() - t0
+        return Pending(obs=x, action=action, reward=0.0, episode=episode, decision=decision, grid_obs=obs,
+                       tutor=True)
+    action = run.sac.act(run.normalizer(x), run.actions.legal_mask(obs))
     snapshot = None
     if run.llm is not None and run.llm.wants_snapshot():
         t0 = time.perf_counter()
@@ -146,7 +153,11 @@ def decide(run: Run, obs: Any, x: np.ndarray, episode: int, decision: int) -> Pe
 
 def store(run: Run, p: Pending, next_x: np.ndarray, *, done: bool, truncated: bool) -> None:
     """One semi-MDP transition into the RL partition (raw features: normalised when sampled), then the LLM actor's
-    look at it (ACE runs)."""
+    look at it (ACE runs). A tutor's decision goes to the validated partition instead (I_v = 1, improvement 0: all
+    tutor decisions weigh alike in Eq. 8; refinements that beat the policy by more weigh more)."""
+    if p.tutor:
+        run.replay.add_llm(p.obs, p.action, p.reward, next_x, done, truncated, p.episode, p.decision, 0.0, True)
+        return
     run.replay.add_rl(p.obs, p.action, p.reward, next_x, done, truncated, p.episode, p.decision)
     if run.llm is not None:
         _llm_hook(run, run.llm.after_store, run, p)
@@ -176,9 +187,12 @@ def update(run: Run) -> None:
     t0 = time.perf_counter()
     for _ in range(cfg.train.updates_per_decision):
         batch = run.replay.sample(cfg.sac.batch_size, is_exponent=cfg.replay.is_exponent)
+        extra = {}
+        if cfg.train.imitation_weight > 0:  # pull the policy towards the batch's validated actions
+            extra["imitation"] = cfg.train.imitation_weight * (batch.from_llm & batch.valid).astype(np.float32)
         result = run.sac.update(
             run.normalizer(batch.obs), batch.action, batch.reward, run.normalizer(batch.next_obs), batch.done,
-            batch.weight, run.masks(batch.obs), run.masks(batch.next_obs))
+            batch.weight, run.masks(batch.obs), run.masks(batch.next_obs), **extra)
         run.replay.update_priorities(batch.index, np.abs(result.td_error) + cfg.replay.priority_eps)
         run.counters.updates += 1
     run.time_split["update"] += time.perf_counter() - t0

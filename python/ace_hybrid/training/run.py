@@ -16,6 +16,7 @@ import torch
 from ace_hybrid.config import Config
 from ace_hybrid.config import parse_action_set
 from ace_hybrid.grid.action_set import ActionSet, select_by_tutor
+from ace_hybrid.grid.agents import GreedyExpertAgent
 from ace_hybrid.grid.catalog import ActionCatalog
 from ace_hybrid.grid.env import make_env, n_scenarios
 from ace_hybrid.grid.features import MaskFromFeatures, ObservationFeatures, RunningNormalizer
@@ -72,6 +73,8 @@ class Pending:
     """Largest line loading seen at the transition's steps (an overload when >= 1)."""
     blackout: bool = False
     """The grid collapsed during the transition."""
+    tutor: bool = False
+    """The tutor (greedy expert) decided, not the policy: the transition goes to the validated partition."""
 
 
 class Run:
@@ -100,6 +103,9 @@ class Run:
         self.masks = MaskFromFeatures(self.features, self.actions)
         self.normalizer = RunningNormalizer(self.features.dim)
         self.safe_rule = SafeRule(self.env.action_space, threshold=cfg.env.threshold)
+        self.tutor = (GreedyExpertAgent(self.env.action_space, self.actions, budget=cfg.train.tutor_budget,
+                                        threshold=cfg.env.threshold) if cfg.train.tutor_steps else None)
+        """The expert-guided warm start's greedy tutor over the action set (``train.tutor_steps``)."""
         self.sac = DiscreteSAC(self.features.dim, len(self.actions), cfg.sac,
                                action_features=self.actions.features(), seed=cfg.train.seed)
         r = cfg.replay
@@ -107,7 +113,7 @@ class Run:
                                         beta=r.beta, tau=r.tau, seed=cfg.train.seed)
         self.counters = Counters(next_eval=cfg.train.eval_every or cfg.train.total_env_steps,
                                  next_checkpoint=cfg.train.checkpoint_every)
-        self.time_split = {"env": 0.0, "reset": 0.0, "update": 0.0, "eval": 0.0, "llm": 0.0}
+        self.time_split = {"env": 0.0, "reset": 0.0, "update": 0.0, "eval": 0.0, "llm": 0.0, "tutor": 0.0}
         self.logger = MetricsLogger(run_dir, cfg.log.tensorboard)
         self.replay_files: dict[str, str] = {}
         """Replay file named by each checkpoint file (checkpoint.pt, best.pt): the ones to keep."""
