@@ -45,10 +45,10 @@ def _legacy_numpy() -> list[Any]:
 def save_checkpoint(run: Run, name: str = "checkpoint.pt") -> Path:
     """Write the replay (its own atomic file) then the checkpoint that names it; drop older replay files."""
     c = run.counters
-    # Named by what changes the replay (adds at decisions, priorities at updates): an unchanged replay is not rewritten.
+    # Named by what changes the replay (adds at decisions, priorities at updates). Always written: a file of this
+    # name may be left by a killed run that reached the same counters along another timeline.
     replay_name = f"replay-{c.decisions:08d}-{c.updates:08d}.bin"
-    if not (run.dir / replay_name).exists():
-        run.replay.save(run.dir / replay_name)
+    run.replay.save(run.dir / replay_name)
     state = {
         "format": CHECKPOINT_FORMAT,
         "config": run.cfg.to_dict(),

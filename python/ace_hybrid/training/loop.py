@@ -28,6 +28,7 @@ Checkpoints: :mod:`ace_hybrid.training.checkpoint`.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from ace_hybrid.config import Config
+from ace_hybrid.files import remove_stale_temps
 from ace_hybrid.grid.env import reset_episode
 from ace_hybrid.grid.evaluation import EvaluationReport, evaluate
 from ace_hybrid.grid.rules import in_danger
@@ -44,6 +46,8 @@ from ace_hybrid.training.policy import agent_of
 from ace_hybrid.training.run import Pending, Run
 
 __all__ = ["train"]
+
+log = logging.getLogger(__name__)
 
 
 def train(cfg: Config | None, run_dir: str | Path, *, resume: bool = False,
@@ -73,18 +77,26 @@ def train(cfg: Config | None, run_dir: str | Path, *, resume: bool = False,
 
 
 def _open(cfg: Config | None, run_dir: Path, resume: bool, total_env_steps: int | None) -> Run:
-    """A new run in ``run_dir``, or the one saved there (``resume``)."""
+    """A new run in ``run_dir``, or the one saved there (``resume``); temporary files of killed saves are removed."""
     if resume:
+        _remove_stale_temps(run_dir)
         return restore(run_dir, total_env_steps)
     if cfg is None:
         raise ValueError("a new run needs a configuration")
     if (run_dir / "checkpoint.pt").exists():
         raise FileExistsError(f"{run_dir} already holds a run: use --resume {run_dir} or another --run-dir")
     run_dir.mkdir(parents=True, exist_ok=True)
+    _remove_stale_temps(run_dir)
     (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
     run = Run(cfg, run_dir)
     attach_llm(run)
     return run
+
+
+def _remove_stale_temps(run_dir: Path) -> None:
+    removed = remove_stale_temps(run_dir)
+    if removed:
+        log.info("removed %d temporary file(s) left in %s by saves that were killed", len(removed), run_dir)
 
 
 def train_episode(run: Run, bar: Any) -> None:

@@ -1,0 +1,83 @@
+"""What a kill, a crash or Ctrl-C leaves behind, and what a resumed run makes of it (tiny runs on the 14-bus grid)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("grid2op")
+
+from ace_hybrid.config import load_config  # noqa: E402
+from ace_hybrid.replay import MixedReplayBuffer  # noqa: E402
+from ace_hybrid.training.checkpoint import load_checkpoint_file, restore, save_checkpoint  # noqa: E402
+from ace_hybrid.training.loop import train  # noqa: E402
+
+from tiny_settings import TINY  # noqa: E402 (tests/ is on sys.path: see conftest.py)
+
+pytestmark = pytest.mark.grid2op
+
+QUIET = ["train.eval_every=0", "log.tensorboard=false"]
+
+
+def tiny(steps: int, *extra: str):
+    return load_config(None, [*TINY, f"train.total_env_steps={steps}", *extra])
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run = tmp_path_factory.mktemp("crash") / "run"
+    train(tiny(60, *QUIET), run)
+    return run
+
+
+# ----------------------------------------------------------------------------------------- replay files
+
+
+def test_a_save_never_keeps_a_replay_file_it_did_not_write(trained: Path, tmp_path: Path) -> None:
+    """A killed run may have left replay-<d>-<u>.bin for counters this run reaches along another timeline."""
+    run_dir = shutil.copytree(trained, tmp_path / "run")
+    run = restore(run_dir)
+    x = np.zeros(run.features.dim, np.float32)
+    run.replay.add_rl(x, 0, 1.0, x, False, False, 99, 0)  # this timeline goes on...
+    run.counters.decisions += 1
+    stale = run_dir / f"replay-{run.counters.decisions:08d}-{run.counters.updates:08d}.bin"
+    shutil.copy(run_dir / load_checkpoint_file(run_dir / "checkpoint.pt")["replay_file"], stale)  # ...another did not
+    save_checkpoint(run)
+    saved = load_checkpoint_file(run_dir / "checkpoint.pt")["replay_file"]
+    assert saved == stale.name and len(MixedReplayBuffer.load(run_dir / saved)) == len(run.replay)
+    run.logger.close()
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def _plant_temps(run_dir: Path) -> tuple[list[Path], Path]:
+    """Temporary files of killed saves (a dead writer) and one of a live writer (this test's parent)."""
+    dead = _dead_pid()
+    stale = [run_dir / f"checkpoint.pt.tmp.{dead}", run_dir / f"replay-00000009-00000001.bin.tmp.{dead}",
+             run_dir / "eval" / "step-00000050" / f"evaluation.json.tmp.{dead}"]
+    live = run_dir / f"replay-00000001-00000000.bin.tmp.{os.getppid()}"
+    for path in [*stale, live]:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"\0" * 1024)
+    return stale, live
+
+
+def test_temporary_files_of_killed_saves_are_removed_on_start_and_on_resume(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    stale, live = _plant_temps(run_dir)
+    train(tiny(20, *QUIET), run_dir)
+    assert not any(p.exists() for p in stale) and live.exists()
+    stale, live = _plant_temps(run_dir)
+    train(None, run_dir, resume=True, total_env_steps=30)
+    assert not any(p.exists() for p in stale) and live.exists()
