@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -81,3 +83,39 @@ def test_temporary_files_of_killed_saves_are_removed_on_start_and_on_resume(tmp_
     stale, live = _plant_temps(run_dir)
     train(None, run_dir, resume=True, total_env_steps=30)
     assert not any(p.exists() for p in stale) and live.exists()
+
+
+# --------------------------------------------------------------------------------------------- Ctrl-C
+
+
+def test_ctrl_c_saves_a_checkpoint_prints_how_to_resume_and_exits_130(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    sets = [*TINY, *QUIET, "train.total_env_steps=100000", "train.checkpoint_every=50"]
+    cmd = [sys.executable, "-m", "ace_hybrid.cli", "train", *[a for s in sets for a in ("--set", s)],
+           "--run-dir", str(run)]
+    out, err = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
+    with out.open("w") as fout, err.open("w") as ferr:
+        proc = subprocess.Popen(cmd, stdout=fout, stderr=ferr, start_new_session=True)
+    try:
+        deadline = time.time() + 240
+        while not (run / "checkpoint.pt").exists():
+            assert proc.poll() is None and time.time() < deadline, err.read_text()[-2000:]
+            time.sleep(0.2)
+        first = load_checkpoint_file(run / "checkpoint.pt")["counters"]["env_steps"]
+        first_mtime = (run / "checkpoint.pt").stat().st_mtime_ns
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=120) == 130, err.read_text()[-2000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "Traceback" not in err.read_text()
+    final = load_checkpoint_file(run / "checkpoint.pt")["counters"]["env_steps"]
+    assert final >= first and (run / "checkpoint.pt").stat().st_mtime_ns > first_mtime
+    printed = out.read_text()
+    assert f"interrupted after {final} environment steps" in printed
+    assert f"resume with: ace-hybrid train --resume {run}" in printed
+    resumed = subprocess.run([sys.executable, "-m", "ace_hybrid.cli", "train", "--resume", str(run), "--set",
+                              f"train.total_env_steps={final + 20}"], capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert load_checkpoint_file(run / "checkpoint.pt")["counters"]["env_steps"] == final + 20

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -45,7 +47,7 @@ from ace_hybrid.training.checkpoint import restore, save_checkpoint
 from ace_hybrid.training.policy import agent_of
 from ace_hybrid.training.run import Pending, Run
 
-__all__ = ["train"]
+__all__ = ["StopOnSigint", "TrainingInterrupted", "train"]
 
 log = logging.getLogger(__name__)
 
@@ -56,14 +58,25 @@ def train(cfg: Config | None, run_dir: str | Path, *, resume: bool = False,
 
     With ``resume``, the configuration saved in ``run_dir`` is used (``cfg`` is ignored) and ``total_env_steps``, if
     given, extends or shortens the budget.
+
+    Raises
+    ------
+    TrainingInterrupted
+        After the first Ctrl-C (SIGINT, main thread only): the run stops after the current environment step and
+        saves a checkpoint first. A second Ctrl-C raises KeyboardInterrupt at once, without saving.
     """
     run = _open(cfg, Path(run_dir), resume, total_env_steps)
     cfg = run.cfg
     bar = _progress(run)
     started = time.perf_counter()
     try:
-        while run.counters.env_steps < cfg.train.total_env_steps:
-            train_episode(run, bar)
+        with StopOnSigint() as stop:
+            while run.counters.env_steps < cfg.train.total_env_steps and not stop.requested:
+                train_episode(run, bar, stop)
+            if stop.requested:
+                save_checkpoint(run)
+                run.logger.close()
+                raise TrainingInterrupted(summary(run))
     finally:
         run.counters.train_seconds += time.perf_counter() - started
         bar.close()
@@ -74,6 +87,40 @@ def train(cfg: Config | None, run_dir: str | Path, *, resume: bool = False,
     save_checkpoint(run)
     run.logger.close()
     return summary(run)
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped :func:`train` after it saved a checkpoint; ``summary`` is the run's summary at that point."""
+
+    def __init__(self, summary: dict[str, Any]) -> None:
+        super().__init__(f"training interrupted after {summary['env_steps']} environment steps (checkpoint saved)")
+        self.summary = summary
+
+
+class StopOnSigint:
+    """While active, the first SIGINT only sets :attr:`requested` (the loop stops at a consistent point to save);
+    the handler then steps aside, so a second one raises KeyboardInterrupt. Active only in the main thread and when
+    SIGINT has Python's default handler (not when it is ignored or handled by the caller)."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._installed = False
+
+    def __enter__(self) -> StopOnSigint:
+        if (threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+            signal.signal(signal.SIGINT, self._handle)
+            self._installed = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._installed:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        # No printing here: the signal may arrive while the progress bar writes to stderr.
+        self.requested = True
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _open(cfg: Config | None, run_dir: Path, resume: bool, total_env_steps: int | None) -> Run:
@@ -99,8 +146,11 @@ def _remove_stale_temps(run_dir: Path) -> None:
         log.info("removed %d temporary file(s) left in %s by saves that were killed", len(removed), run_dir)
 
 
-def train_episode(run: Run, bar: Any) -> None:
-    """One training episode: act, store, refine, update, shape at the end, and evaluate / log / save on schedule."""
+def train_episode(run: Run, bar: Any, stop: StopOnSigint | None = None) -> None:
+    """One training episode: act, store, refine, update, shape at the end, and evaluate / log / save on schedule.
+
+    When ``stop`` is requested the episode ends after the current step, unfinished (as a kill would leave it).
+    """
     cfg, c = run.cfg, run.counters
     scenario = cfg.env.train_scenarios[c.episodes % len(cfg.env.train_scenarios)]
     t0 = time.perf_counter()
@@ -108,7 +158,7 @@ def train_episode(run: Run, bar: Any) -> None:
     run.time_split["reset"] += time.perf_counter() - t0
     episode, pending, steps = c.episodes, None, 0
     c.episodes += 1
-    while c.env_steps < cfg.train.total_env_steps:
+    while c.env_steps < cfg.train.total_env_steps and not (stop and stop.requested):
         if in_danger(obs, cfg.env.threshold):
             x = run.features(obs)
             if pending is not None:
@@ -138,6 +188,8 @@ def train_episode(run: Run, bar: Any) -> None:
             on_schedule(run)
             return
         on_schedule(run)
+    if pending is not None and pending.snapshot is not None:
+        pending.snapshot.close()  # stopped mid-episode: the pending decision is dropped, as a kill drops it
 
 
 def decide(run: Run, obs: Any, x: np.ndarray, episode: int, decision: int) -> Pending:
