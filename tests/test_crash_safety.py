@@ -18,6 +18,7 @@ pytest.importorskip("grid2op")
 
 from ace_hybrid.config import load_config  # noqa: E402
 from ace_hybrid.replay import MixedReplayBuffer  # noqa: E402
+from ace_hybrid.training import loop  # noqa: E402
 from ace_hybrid.training.checkpoint import load_checkpoint_file, restore, save_checkpoint  # noqa: E402
 from ace_hybrid.training.loop import train  # noqa: E402
 
@@ -30,6 +31,28 @@ QUIET = ["train.eval_every=0", "log.tensorboard=false"]
 
 def tiny(steps: int, *extra: str):
     return load_config(None, [*TINY, f"train.total_env_steps={steps}", *extra])
+
+
+class Killed(Exception):
+    """Stands for SIGKILL in-process: nothing after the checkpoint is saved, no file is closed."""
+
+
+def train_until_killed(cfg, run_dir: Path, monkeypatch: pytest.MonkeyPatch, saves: int):
+    """Train until the ``saves``-th checkpoint is written, then die; returns the run (to close its files)."""
+    seen = []
+
+    def save_then_die(run, name="checkpoint.pt"):
+        path = save_checkpoint(run, name)
+        seen.append(run)
+        if len(seen) == saves:
+            raise Killed
+        return path
+
+    monkeypatch.setattr(loop, "save_checkpoint", save_then_die)
+    with pytest.raises(Killed):
+        train(cfg, run_dir)
+    monkeypatch.setattr(loop, "save_checkpoint", save_checkpoint)
+    return seen[-1]
 
 
 @pytest.fixture(scope="module")
@@ -119,3 +142,22 @@ def test_ctrl_c_saves_a_checkpoint_prints_how_to_resume_and_exits_130(tmp_path: 
                               f"train.total_env_steps={final + 20}"], capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert load_checkpoint_file(run / "checkpoint.pt")["counters"]["env_steps"] == final + 20
+
+
+# ------------------------------------------------------------------------------------- what a resume does
+
+
+def test_a_resume_does_not_save_a_checkpoint_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run = train_until_killed(tiny(300, *QUIET, "train.checkpoint_every=50"), tmp_path / "run", monkeypatch, saves=2)
+    run.logger.close()
+    assert load_checkpoint_file(tmp_path / "run" / "checkpoint.pt")["counters"]["env_steps"] == 100
+    saved_at = []
+
+    def record(run, name="checkpoint.pt"):
+        if name == "checkpoint.pt":  # not best.pt, which the final evaluation writes
+            saved_at.append(run.counters.env_steps)
+        return save_checkpoint(run, name)
+
+    monkeypatch.setattr(loop, "save_checkpoint", record)
+    train(None, tmp_path / "run", resume=True, total_env_steps=140)
+    assert saved_at == [140]  # the next one was due at 150: only the final save

@@ -255,12 +255,14 @@ def on_schedule(run: Run) -> None:
         run.logger.write(c.env_steps, {"train/decisions": c.decisions, "train/updates": c.updates,
                                        "train/replay": len(run.replay), **{f"time/{k}": v for k, v in
                                                                            run.time_split.items()}})
+    # Each due time moves on before its save, so the checkpoint does not count it as still due (a resumed run would
+    # save again at once).
     if cfg.train.eval_every and c.env_steps >= c.next_eval:
-        evaluate_and_keep_best(run)
         c.next_eval += cfg.train.eval_every
+        evaluate_and_keep_best(run)
     if c.env_steps >= c.next_checkpoint:
-        save_checkpoint(run)
         c.next_checkpoint += cfg.train.checkpoint_every
+        save_checkpoint(run)
 
 
 def evaluate_and_keep_best(run: Run) -> EvaluationReport:
