@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -161,3 +163,38 @@ def test_a_resume_does_not_save_a_checkpoint_at_once(tmp_path: Path, monkeypatch
     monkeypatch.setattr(loop, "save_checkpoint", record)
     train(None, tmp_path / "run", resume=True, total_env_steps=140)
     assert saved_at == [140]  # the next one was due at 150: only the final save
+
+
+def _tensorboard_points(run_dir: Path) -> set[tuple[str, int]]:
+    """(tag, step) of every scalar in the run's event files (TFRecord framing: length, crc, event, crc)."""
+    from tensorboardX.proto.event_pb2 import Event
+
+    points = set()
+    for path in run_dir.glob("events.*"):
+        data, i = path.read_bytes(), 0
+        while i + 12 <= len(data):
+            (n,) = struct.unpack("<Q", data[i:i + 8])
+            if i + 16 + n > len(data):
+                break
+            event = Event.FromString(data[i + 12:i + 12 + n])
+            points |= {(v.tag, event.step) for v in event.summary.value}
+            i += 16 + n
+    return points
+
+
+def test_a_killed_run_keeps_its_training_time_and_tensorboard_points(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    run_dir = tmp_path / "run"
+    started = time.perf_counter()
+    run = train_until_killed(tiny(300, "train.eval_every=0", "train.checkpoint_every=50"), run_dir, monkeypatch,
+                             saves=2)
+    elapsed = time.perf_counter() - started
+    saved = load_checkpoint_file(run_dir / "checkpoint.pt")["counters"]
+    assert 0 < saved["train_seconds"] <= elapsed
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    logged = {(k, x["env_steps"]) for x in lines for k in x if k not in ("env_steps", "time")}
+    before = {p for p in logged if p[1] < saved["env_steps"]}
+    assert before and before <= _tensorboard_points(run_dir)  # read before anything closes the writer
+    run.logger.close()
+    summary = train(None, run_dir, resume=True, total_env_steps=120)
+    assert summary["train_seconds"] > saved["train_seconds"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import pickle
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +44,13 @@ def _legacy_numpy() -> list[Any]:
 
 
 def save_checkpoint(run: Run, name: str = "checkpoint.pt") -> Path:
-    """Write the replay (its own atomic file) then the checkpoint that names it; drop older replay files."""
+    """Write the replay (its own atomic file) then the checkpoint that names it; drop older replay files.
+
+    Also brings ``counters.train_seconds`` up to date and flushes the TensorBoard events, so a run killed after
+    this point resumes with its time and its curves up to here.
+    """
     c = run.counters
+    clock_train_time(run)
     # Named by what changes the replay (adds at decisions, priorities at updates). Always written: a file of this
     # name may be left by a killed run that reached the same counters along another timeline.
     replay_name = f"replay-{c.decisions:08d}-{c.updates:08d}.bin"
@@ -60,12 +66,20 @@ def save_checkpoint(run: Run, name: str = "checkpoint.pt") -> Path:
         "time_split": _plain(run.time_split),
         "llm": _plain(run.llm.state_dict()) if run.llm is not None else None,
     }
+    run.logger.flush()
     path = atomic_write(run.dir / name, lambda f: torch.save(state, f))
     run.replay_files[name] = replay_name
     for old in run.dir.glob("replay-*.bin"):
         if old.name not in run.replay_files.values():
             old.unlink(missing_ok=True)
     return path
+
+
+def clock_train_time(run: Run) -> None:
+    """Add the time since the last call (or since ``train`` started) to ``counters.train_seconds``."""
+    now = time.perf_counter()
+    run.counters.train_seconds += now - run.clock
+    run.clock = now
 
 
 def _plain(obj: Any) -> Any:

@@ -43,7 +43,7 @@ from ace_hybrid.grid.env import reset_episode
 from ace_hybrid.grid.evaluation import EvaluationReport, evaluate
 from ace_hybrid.grid.rules import in_danger
 from ace_hybrid.training.ace import attach_llm
-from ace_hybrid.training.checkpoint import restore, save_checkpoint
+from ace_hybrid.training.checkpoint import clock_train_time, restore, save_checkpoint
 from ace_hybrid.training.policy import agent_of
 from ace_hybrid.training.run import Pending, Run
 
@@ -68,7 +68,7 @@ def train(cfg: Config | None, run_dir: str | Path, *, resume: bool = False,
     run = _open(cfg, Path(run_dir), resume, total_env_steps)
     cfg = run.cfg
     bar = _progress(run)
-    started = time.perf_counter()
+    run.clock = time.perf_counter()
     try:
         with StopOnSigint() as stop:
             while run.counters.env_steps < cfg.train.total_env_steps and not stop.requested:
@@ -78,7 +78,7 @@ def train(cfg: Config | None, run_dir: str | Path, *, resume: bool = False,
                 run.logger.close()
                 raise TrainingInterrupted(summary(run))
     finally:
-        run.counters.train_seconds += time.perf_counter() - started
+        clock_train_time(run)
         bar.close()
         if run.llm is not None:
             run.llm.close()
