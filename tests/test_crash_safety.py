@@ -198,3 +198,17 @@ def test_a_killed_run_keeps_its_training_time_and_tensorboard_points(tmp_path: P
     run.logger.close()
     summary = train(None, run_dir, resume=True, total_env_steps=120)
     assert summary["train_seconds"] > saved["train_seconds"]
+
+
+# ----------------------------------------------------------------------------------------- a short run
+
+
+def test_a_run_too_short_to_update_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ace_hybrid.cli import main
+
+    sets = [*TINY, *QUIET, "train.total_env_steps=30", "train.learning_starts=1000"]
+    assert main(["train", *[a for s in sets for a in ("--set", s)], "--run-dir", str(tmp_path / "run")]) == 0
+    decisions = load_checkpoint_file(tmp_path / "run" / "checkpoint.pt")["counters"]["decisions"]
+    err = capsys.readouterr().err
+    assert "no SAC update was made" in err and "train.learning_starts = 1000" in err
+    assert f"{decisions} decisions" in err

@@ -139,6 +139,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         print("interrupted before saving: " + (f"resume from the last checkpoint with: {resume}" if saved
                                                else "no checkpoint was saved yet"))
         return 130
+    for warning in summary["warnings"]:
+        print(f"warning: {warning}", file=sys.stderr)
     last = summary["last_eval"]
     print(f"trained {summary['env_steps']} environment steps, {summary['decisions']} decisions, "
           f"{summary['updates']} updates in {summary['train_seconds']:.0f} s")

@@ -294,7 +294,20 @@ def summary(run: Run) -> dict[str, Any]:
            "time_split": split, "run_dir": str(run.dir)}
     if run.llm is not None:
         out["llm"] = run.llm.summary()
+    out["warnings"] = _warnings(run)
     return out
+
+
+def _warnings(run: Run) -> list[str]:
+    """What the user should know about a run that ran but did not learn."""
+    c, t = run.counters, run.cfg.train
+    if c.updates or c.env_steps == 0:
+        return []
+    if t.updates_per_decision == 0:
+        return ["no SAC update was made: train.updates_per_decision = 0"]
+    return [(f"no SAC update was made: updates start when the replay holds train.learning_starts = "
+             f"{t.learning_starts} transitions, and the run made {c.decisions} decisions (one transition each) in "
+             f"{c.env_steps} environment steps; train longer or lower train.learning_starts")]
 
 
 def _progress(run: Run) -> Any:
