@@ -70,10 +70,10 @@ def train(cfg: Config | None, run_dir: str | Path, *, resume: bool = False,
     bar = _progress(run)
     run.clock = time.perf_counter()
     try:
-        with StopOnSigint() as stop:
-            while run.counters.env_steps < cfg.train.total_env_steps and not stop.requested:
-                train_episode(run, bar, stop)
-            if stop.requested:
+        with StopOnSigint(run):
+            while run.counters.env_steps < cfg.train.total_env_steps and not run.stop_requested:
+                train_episode(run, bar)
+            if run.stop_requested:
                 save_checkpoint(run)
                 run.logger.close()
                 raise TrainingInterrupted(summary(run))
@@ -98,20 +98,19 @@ class TrainingInterrupted(KeyboardInterrupt):
 
 
 class StopOnSigint:
-    """While active, the first SIGINT only sets :attr:`requested` (the loop stops at a consistent point to save);
-    the handler then steps aside, so a second one raises KeyboardInterrupt. Active only in the main thread and when
-    SIGINT has Python's default handler (not when it is ignored or handled by the caller)."""
+    """While active, the first SIGINT only sets ``run.stop_requested`` (the loop stops at a consistent point to
+    save); the handler then steps aside, so a second one raises KeyboardInterrupt. Active only in the main thread and
+    when SIGINT has Python's default handler (not when it is ignored or handled by the caller)."""
 
-    def __init__(self) -> None:
-        self.requested = False
+    def __init__(self, run: Run) -> None:
+        self.run = run
         self._installed = False
 
-    def __enter__(self) -> StopOnSigint:
+    def __enter__(self) -> None:
         if (threading.current_thread() is threading.main_thread()
                 and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
             signal.signal(signal.SIGINT, self._handle)
             self._installed = True
-        return self
 
     def __exit__(self, *exc: object) -> None:
         if self._installed:
@@ -119,7 +118,7 @@ class StopOnSigint:
 
     def _handle(self, signum: int, frame: Any) -> None:
         # No printing here: the signal may arrive while the progress bar writes to stderr.
-        self.requested = True
+        self.run.stop_requested = True
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
@@ -146,10 +145,10 @@ def _remove_stale_temps(run_dir: Path) -> None:
         log.info("removed %d temporary file(s) left in %s by saves that were killed", len(removed), run_dir)
 
 
-def train_episode(run: Run, bar: Any, stop: StopOnSigint | None = None) -> None:
+def train_episode(run: Run, bar: Any) -> None:
     """One training episode: act, store, refine, update, shape at the end, and evaluate / log / save on schedule.
 
-    When ``stop`` is requested the episode ends after the current step, unfinished (as a kill would leave it).
+    On ``run.stop_requested`` (Ctrl-C) the episode ends after the current step, unfinished (as a kill leaves it).
     """
     cfg, c = run.cfg, run.counters
     scenario = cfg.env.train_scenarios[c.episodes % len(cfg.env.train_scenarios)]
@@ -158,7 +157,7 @@ def train_episode(run: Run, bar: Any, stop: StopOnSigint | None = None) -> None:
     run.time_split["reset"] += time.perf_counter() - t0
     episode, pending, steps = c.episodes, None, 0
     c.episodes += 1
-    while c.env_steps < cfg.train.total_env_steps and not (stop and stop.requested):
+    while c.env_steps < cfg.train.total_env_steps and not run.stop_requested:
         if in_danger(obs, cfg.env.threshold):
             x = run.features(obs)
             if pending is not None:

@@ -95,6 +95,8 @@ class Run:
         self.llm: Any = None
         self.clock = time.perf_counter()
         """When ``counters.train_seconds`` was last brought up to date (``train`` resets it when it starts)."""
+        self.stop_requested = False
+        """Set by Ctrl-C during ``train``: the loop stops after the current environment step and saves."""
 
     def step_reward(self, obs: Any, blackout: bool) -> float:
         """The reward of one environment step under this run's ``[reward]`` settings."""
