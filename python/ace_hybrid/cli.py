@@ -267,16 +267,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    import shlex
     import time
 
     from ace_hybrid.config import Config, describe_fields, load_config
-    from ace_hybrid.training.loop import train
+    from ace_hybrid.training.loop import TrainingInterrupted, train
 
     if args.help_config:
         print("\n".join(describe_fields(Config())))
         return 0
+    cfg: Config | None = None
+    steps: int | None = None
     if args.resume is not None:
-        steps = None
         for text in args.overrides:
             key, _, value = text.partition("=")
             if key.strip() != "train.total_env_steps":
@@ -285,11 +287,24 @@ def cmd_train(args: argparse.Namespace) -> int:
             steps = int(value.replace("_", ""))
         if args.config is not None:
             raise ValueError("--resume uses the run's saved configuration: drop --config")
-        summary = train(None, args.resume, resume=True, total_env_steps=steps)
+        run_dir = args.resume
     else:
         cfg = load_config(args.config, args.overrides)
         run_dir = args.run_dir or Path("runs") / f"{cfg.env.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-        summary = train(cfg, run_dir)
+    resume = f"ace-hybrid train --resume {shlex.quote(str(run_dir))}"
+    try:
+        summary = train(cfg, run_dir, resume=cfg is None, total_env_steps=steps)
+    except TrainingInterrupted as stop:
+        print(f"interrupted after {stop.summary['env_steps']} environment steps; checkpoint saved in {run_dir}")
+        print(f"resume with: {resume}")
+        return 130
+    except KeyboardInterrupt:
+        saved = (Path(run_dir) / "checkpoint.pt").is_file()
+        print("interrupted before saving: " + (f"resume from the last checkpoint with: {resume}" if saved
+                                               else "no checkpoint was saved yet"))
+        return 130
+    for warning in summary["warnings"]:
+        print(f"warning: {warning}", file=sys.stderr)
     last = summary["last_eval"]
     print(f"trained {summary['env_steps']} environment steps, {summary['decisions']} decisions, "
           f"{summary['updates']} updates in {summary['train_seconds']:.0f} s")

@@ -157,10 +157,14 @@ class CoEvolution:
                 "adapter": self.adapter}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore the counters and reload the last adapter into the backend (probe problems start over)."""
+        """Restore the counters and reload the last adapter into the backend (probe problems start over).
+
+        The adapter is looked for by its name in ``adapter_dir`` only, wherever the state says it was written: a
+        checkpoint cannot point the backend at other files, and a run directory can be moved."""
         self.records, self.since_last = list(state["records"]), int(state["since_last"])
         self.history, self.adapter = list(state["history"]), state["adapter"]
         if self.adapter is not None:
+            self.adapter = str(self.adapter_dir / Path(self.adapter).name)
             if not Path(self.adapter).is_dir():
                 raise FileNotFoundError(f"the checkpoint names the LoRA adapter {self.adapter}, which is missing")
             self.backend.load_adapter(self.adapter)

@@ -53,6 +53,8 @@ __all__ = ["TransformersBackend"]
 log = logging.getLogger(__name__)
 
 _IGNORE = -100
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+"""The adapter weights file :meth:`TransformersBackend.load_adapter` reads (peft's safetensors name)."""
 
 
 @contextlib.contextmanager
@@ -628,6 +630,11 @@ class TransformersBackend:
         with self._guard("load_adapter"), _quiet_third_party():
             if not (source / "adapter_config.json").is_file():
                 raise LLMError(f"no adapter_config.json in {str(source)!r}", backend=self.name, kind="io")
+            # Weights as safetensors only (what save_adapter writes): peft would read a pickled
+            # adapter_model.bin, whose safety then rests on its torch.load settings.
+            if not (source / ADAPTER_WEIGHTS).is_file():
+                raise LLMError(f"no {ADAPTER_WEIGHTS} in {str(source)!r}: adapters are loaded from safetensors "
+                               "only (a pickled adapter_model.bin is refused)", backend=self.name, kind="io")
             from peft import PeftModel
 
             name = self._new_adapter_name()

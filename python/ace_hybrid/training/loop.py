@@ -28,6 +28,9 @@ Checkpoints: :mod:`ace_hybrid.training.checkpoint`.
 from __future__ import annotations
 
 import json
+import logging
+import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -35,15 +38,18 @@ from typing import Any
 import numpy as np
 
 from ace_hybrid.config import Config
+from ace_hybrid.files import remove_stale_temps
 from ace_hybrid.grid.env import reset_episode
 from ace_hybrid.grid.evaluation import EvaluationReport, evaluate
 from ace_hybrid.grid.rules import in_danger
 from ace_hybrid.training.ace import attach_llm
-from ace_hybrid.training.checkpoint import restore, save_checkpoint
+from ace_hybrid.training.checkpoint import clock_train_time, restore, save_checkpoint
 from ace_hybrid.training.policy import agent_of
 from ace_hybrid.training.run import Pending, Run
 
-__all__ = ["train"]
+__all__ = ["StopOnSigint", "TrainingInterrupted", "train"]
+
+log = logging.getLogger(__name__)
 
 
 def train(cfg: Config | None, run_dir: str | Path, *, resume: bool = False,
@@ -52,16 +58,27 @@ def train(cfg: Config | None, run_dir: str | Path, *, resume: bool = False,
 
     With ``resume``, the configuration saved in ``run_dir`` is used (``cfg`` is ignored) and ``total_env_steps``, if
     given, extends or shortens the budget.
+
+    Raises
+    ------
+    TrainingInterrupted
+        After the first Ctrl-C (SIGINT, main thread only): the run stops after the current environment step and
+        saves a checkpoint first. A second Ctrl-C raises KeyboardInterrupt at once, without saving.
     """
     run = _open(cfg, Path(run_dir), resume, total_env_steps)
     cfg = run.cfg
     bar = _progress(run)
-    started = time.perf_counter()
+    run.clock = time.perf_counter()
     try:
-        while run.counters.env_steps < cfg.train.total_env_steps:
-            train_episode(run, bar)
+        with StopOnSigint(run):
+            while run.counters.env_steps < cfg.train.total_env_steps and not run.stop_requested:
+                train_episode(run, bar)
+            if run.stop_requested:
+                save_checkpoint(run)
+                run.logger.close()
+                raise TrainingInterrupted(summary(run))
     finally:
-        run.counters.train_seconds += time.perf_counter() - started
+        clock_train_time(run)
         bar.close()
         if run.llm is not None:
             run.llm.close()
@@ -72,23 +89,67 @@ def train(cfg: Config | None, run_dir: str | Path, *, resume: bool = False,
     return summary(run)
 
 
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped :func:`train` after it saved a checkpoint; ``summary`` is the run's summary at that point."""
+
+    def __init__(self, summary: dict[str, Any]) -> None:
+        super().__init__(f"training interrupted after {summary['env_steps']} environment steps (checkpoint saved)")
+        self.summary = summary
+
+
+class StopOnSigint:
+    """While active, the first SIGINT only sets ``run.stop_requested`` (the loop stops at a consistent point to
+    save); the handler then steps aside, so a second one raises KeyboardInterrupt. Active only in the main thread and
+    when SIGINT has Python's default handler (not when it is ignored or handled by the caller)."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self._installed = False
+
+    def __enter__(self) -> None:
+        if (threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+            signal.signal(signal.SIGINT, self._handle)
+            self._installed = True
+
+    def __exit__(self, *exc: object) -> None:
+        if self._installed:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        # No printing here: the signal may arrive while the progress bar writes to stderr.
+        self.run.stop_requested = True
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def _open(cfg: Config | None, run_dir: Path, resume: bool, total_env_steps: int | None) -> Run:
-    """A new run in ``run_dir``, or the one saved there (``resume``)."""
+    """A new run in ``run_dir``, or the one saved there (``resume``); temporary files of killed saves are removed."""
     if resume:
+        _remove_stale_temps(run_dir)
         return restore(run_dir, total_env_steps)
     if cfg is None:
         raise ValueError("a new run needs a configuration")
     if (run_dir / "checkpoint.pt").exists():
         raise FileExistsError(f"{run_dir} already holds a run: use --resume {run_dir} or another --run-dir")
     run_dir.mkdir(parents=True, exist_ok=True)
+    _remove_stale_temps(run_dir)
     (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
     run = Run(cfg, run_dir)
     attach_llm(run)
     return run
 
 
+def _remove_stale_temps(run_dir: Path) -> None:
+    removed = remove_stale_temps(run_dir)
+    if removed:
+        log.info("removed %d temporary file(s) left in %s by saves that were killed", len(removed), run_dir)
+
+
 def train_episode(run: Run, bar: Any) -> None:
-    """One training episode: act, store, refine, update, shape at the end, and evaluate / log / save on schedule."""
+    """One training episode: act, store, refine, update, shape at the end, and evaluate / log / save on schedule.
+
+    On ``run.stop_requested`` (Ctrl-C) the episode ends after the current step, unfinished (as a kill leaves it).
+    """
     cfg, c = run.cfg, run.counters
     scenario = cfg.env.train_scenarios[c.episodes % len(cfg.env.train_scenarios)]
     t0 = time.perf_counter()
@@ -96,7 +157,7 @@ def train_episode(run: Run, bar: Any) -> None:
     run.time_split["reset"] += time.perf_counter() - t0
     episode, pending, steps = c.episodes, None, 0
     c.episodes += 1
-    while c.env_steps < cfg.train.total_env_steps:
+    while c.env_steps < cfg.train.total_env_steps and not run.stop_requested:
         if in_danger(obs, cfg.env.threshold):
             x = run.features(obs)
             if pending is not None:
@@ -128,6 +189,8 @@ def train_episode(run: Run, bar: Any) -> None:
             on_schedule(run)
             return
         on_schedule(run)
+    if pending is not None and pending.snapshot is not None:
+        pending.snapshot.close()  # stopped mid-episode: the pending decision is dropped, as a kill drops it
 
 
 def decide(run: Run, obs: Any, x: np.ndarray, episode: int, decision: int) -> Pending:
@@ -207,12 +270,14 @@ def on_schedule(run: Run) -> None:
         run.logger.write(c.env_steps, {"train/decisions": c.decisions, "train/updates": c.updates,
                                        "train/replay": len(run.replay), **{f"time/{k}": v for k, v in
                                                                            run.time_split.items()}})
+    # Each due time moves on before its save, so the checkpoint does not count it as still due (a resumed run would
+    # save again at once).
     if cfg.train.eval_every and c.env_steps >= c.next_eval:
-        evaluate_and_keep_best(run)
         c.next_eval += cfg.train.eval_every
+        evaluate_and_keep_best(run)
     if c.env_steps >= c.next_checkpoint:
-        save_checkpoint(run)
         c.next_checkpoint += cfg.train.checkpoint_every
+        save_checkpoint(run)
 
 
 def evaluate_and_keep_best(run: Run) -> EvaluationReport:
@@ -244,7 +309,20 @@ def summary(run: Run) -> dict[str, Any]:
            "time_split": split, "run_dir": str(run.dir)}
     if run.llm is not None:
         out["llm"] = run.llm.summary()
+    out["warnings"] = _warnings(run)
     return out
+
+
+def _warnings(run: Run) -> list[str]:
+    """What the user should know about a run that ran but did not learn."""
+    c, t = run.counters, run.cfg.train
+    if c.updates or c.env_steps == 0:
+        return []
+    if t.updates_per_decision == 0:
+        return ["no SAC update was made: train.updates_per_decision = 0"]
+    return [(f"no SAC update was made: updates start when the replay holds train.learning_starts = "
+             f"{t.learning_starts} transitions, and the run made {c.decisions} decisions (one transition each) in "
+             f"{c.env_steps} environment steps; train longer or lower train.learning_starts")]
 
 
 def _progress(run: Run) -> Any:

@@ -6,6 +6,7 @@ share. It holds no behaviour beyond building its parts from a :class:`~ace_hybri
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -118,6 +119,10 @@ class Run:
         self.replay_files: dict[str, str] = {}
         """Replay file named by each checkpoint file (checkpoint.pt, best.pt): the ones to keep."""
         self.llm: Any = None
+        self.clock = time.perf_counter()
+        """When ``counters.train_seconds`` was last brought up to date (``train`` resets it when it starts)."""
+        self.stop_requested = False
+        """Set by Ctrl-C during ``train``: the loop stops after the current environment step and saves."""
 
     def step_reward(self, obs: Any, blackout: bool) -> float:
         """The reward of one environment step under this run's ``[reward]`` settings."""
