@@ -15,7 +15,6 @@ over the held-out problems; the random ranker's exact expectation on the same pr
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path

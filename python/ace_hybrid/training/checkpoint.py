@@ -65,6 +65,7 @@ def save_checkpoint(run: Run, name: str = "checkpoint.pt") -> Path:
         "replay_file": replay_name,
         "time_split": _plain(run.time_split),
         "llm": _plain(run.llm.state_dict()) if run.llm is not None else None,
+        "action_set": None if run.actions.is_full else [int(i) for i in run.actions.indices],
     }
     run.logger.flush()
     path = atomic_write(run.dir / name, lambda f: torch.save(state, f))
@@ -141,7 +142,7 @@ def restore(run_dir: Path, total_env_steps: int | None = None) -> Run:
         if total_env_steps <= 0:
             raise ValueError(f"train.total_env_steps = {total_env_steps} must be > 0")
         saved.train.total_env_steps = int(total_env_steps)
-    run = Run(saved, run_dir)
+    run = Run(saved, run_dir, state.get("action_set"))
     attach_llm(run)
     run.sac.load_state_dict(state["sac"])
     run.normalizer.load_state_dict(state["normalizer"])

@@ -9,6 +9,7 @@ import numpy as np
 
 from ace_hybrid.config import config_from_dict
 from ace_hybrid.grid.agents import RuleAgent
+from ace_hybrid.grid.action_set import ActionSet
 from ace_hybrid.grid.catalog import ActionCatalog
 from ace_hybrid.grid.features import ObservationFeatures, RunningNormalizer
 from ace_hybrid.sac import DiscreteSAC
@@ -28,28 +29,28 @@ class SACAgent(RuleAgent):
 
     name = "sac"
 
-    def __init__(self, env: Any, sac: DiscreteSAC, catalog: ActionCatalog, features: ObservationFeatures,
+    def __init__(self, env: Any, sac: DiscreteSAC, actions: ActionSet, features: ObservationFeatures,
                  normalizer: RunningNormalizer, threshold: float, topk: int = 0) -> None:
         super().__init__(env.action_space, threshold)
         if topk < 0:
             raise ValueError(f"topk = {topk} out of range [0, inf)")
-        self.sac, self.catalog, self.features, self.normalizer = sac, catalog, features, normalizer
+        self.sac, self.actions, self.features, self.normalizer = sac, actions, features, normalizer
         self.topk = int(topk)
 
     def decide(self, observation: Any) -> Any:
         x = self.normalizer(self.features(observation))
-        mask = self.catalog.legal_mask(observation)
+        mask = self.actions.legal_mask(observation)
         if self.topk == 0:
-            return self.catalog.action(self.sac.act(x, mask, deterministic=True))
+            return self.actions.action(self.sac.act(x, mask, deterministic=True))
         probs = self.sac.policy_probs(x, mask)
         candidates = [0, *(int(a) for a in np.argsort(-probs, kind="stable")[: self.topk] if a != 0 and mask[a])]
-        rhos = [self._simulate_max_rho(observation, self.catalog.action(a)) for a in candidates]
-        return self.catalog.action(candidates[int(np.argmin(rhos))])
+        rhos = [self._simulate_max_rho(observation, self.actions.action(a)) for a in candidates]
+        return self.actions.action(candidates[int(np.argmin(rhos))])
 
 
 def agent_of(run: Run, env: Any) -> SACAgent:
     """The run's current policy acting in ``env`` (``env.deploy_topk`` as configured)."""
-    return SACAgent(env, run.sac, run.catalog, run.features, run.normalizer, run.cfg.env.threshold,
+    return SACAgent(env, run.sac, run.actions, run.features, run.normalizer, run.cfg.env.threshold,
                     run.cfg.env.deploy_topk)
 
 
@@ -58,11 +59,11 @@ def load_agent(path: str | Path, env: Any, topk: int | None = None) -> SACAgent:
     overrides the run's ``env.deploy_topk``)."""
     state = load_checkpoint_file(path)
     cfg = config_from_dict(state["config"])
-    catalog = ActionCatalog.for_env(env)
+    actions = ActionSet(ActionCatalog.for_env(env), state.get("action_set"))
     features = ObservationFeatures(env)
-    sac = DiscreteSAC(features.dim, len(catalog), cfg.sac, action_features=catalog.features(), seed=cfg.train.seed)
+    sac = DiscreteSAC(features.dim, len(actions), cfg.sac, action_features=actions.features(), seed=cfg.train.seed)
     sac.load_state_dict(state["sac"])
     normalizer = RunningNormalizer(features.dim)
     normalizer.load_state_dict(state["normalizer"])
-    return SACAgent(env, sac, catalog, features, normalizer, cfg.env.threshold,
+    return SACAgent(env, sac, actions, features, normalizer, cfg.env.threshold,
                     cfg.env.deploy_topk if topk is None else topk)

@@ -81,11 +81,13 @@ class Pending:
 class Run:
     """Everything the loop touches: environments, networks, replay, counters, loggers.
 
+    ``action_indices`` (a checkpoint's saved action set) overrides the selection ``env.action_set`` asks for.
+
     ``llm`` is ACE's part (:class:`ace_hybrid.training.ace.LLMInLoop`), attached by
     :func:`ace_hybrid.training.ace.attach_llm` when ``llm.backend`` is not "none"; None for SAC alone.
     """
 
-    def __init__(self, cfg: Config, run_dir: Path) -> None:
+    def __init__(self, cfg: Config, run_dir: Path, action_indices: list[int] | None = None) -> None:
         self.cfg, self.dir = cfg, run_dir
         if cfg.train.torch_threads:
             torch.set_num_threads(cfg.train.torch_threads)
@@ -98,7 +100,9 @@ class Run:
                 raise IndexError(f"scenario {s} (env.train_scenarios / env.eval_pairs) out of range [0, {count}) "
                                  f"for {cfg.env.name}")
         self.catalog = ActionCatalog.for_env(self.env)
-        self.actions = ActionSet(self.catalog, action_set_indices(cfg, self.env, self.catalog))
+        if action_indices is None:
+            action_indices = action_set_indices(cfg, self.env, self.catalog)
+        self.actions = ActionSet(self.catalog, action_indices)
         """The policy's actions (``env.action_set``): the policy, the replay and the LLM actor use its indices."""
         self.features = ObservationFeatures(self.env)
         self.masks = MaskFromFeatures(self.features, self.actions)
