@@ -71,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rank", type=int, default=8)
     p.add_argument("--lr", type=float, default=2e-4)
     p.add_argument("--limit", type=int, default=0, help="use only the first N problems of each split (0: all)")
+    p.add_argument("--train", type=int, default=0, help="refine only the first N training problems (0: all)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--output", type=Path)
     args = p.parse_args(argv)
@@ -83,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     train, held = split(problems)
     if args.limit:
         train, held = train[: args.limit], held[: args.limit]
+    if args.train:
+        train = train[: args.train]
     backend = ba.make_llm(args.backend)
     started = time.perf_counter()
     refinements = refine_all(train, backend, 5)
