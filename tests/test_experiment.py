@@ -1,7 +1,9 @@
-"""`ace-hybrid experiment`: cells, the table computed from them, resumability, and errors that name the culprit."""
+"""`ace-hybrid experiment`: cells, deploy_topk rows from one training, the table and its bootstrap intervals,
+resumability, errors that name the culprit, and the shipped experiment files."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import subprocess
@@ -17,6 +19,7 @@ pytest.importorskip("torch")
 from ace_hybrid import experiment as ex
 from ace_hybrid.report import write_report
 from ace_hybrid.training import loop as train_module
+from ace_hybrid.config import TrainConfig, read_toml
 from ace_hybrid.training.checkpoint import load_checkpoint_file
 
 import tiny_settings  # noqa: E402 (tests/ is on sys.path: see conftest.py)
@@ -38,6 +41,7 @@ kind = "donothing"
 [[rows]]
 name = "SAC-only"
 kind = "sac_only"
+deploy_topk = [0, 2]
 """
     path.write_text(f"""
 name = "tiny"
@@ -63,40 +67,70 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict
 
 def test_experiment_writes_cells_runs_and_results(finished) -> None:
     _, out, result = finished
-    assert sorted(result["ran"]) == ["donothing", "sac-only-seed0", "sac-only-seed1"] and result["reused"] == []
-    for name in ("results.json", "results.csv", "results.md", "cells/donothing.json", "cells/sac-only-seed0.json",
+    cells = ["donothing", "sac-only-alone-seed0", "sac-only-alone-seed1", "sac-only-top2-seed0", "sac-only-top2-seed1"]
+    assert sorted(result["ran"]) == cells and result["reused"] == []
+    for name in ("results.json", "results.csv", "results.md", "cells/donothing.json", "cells/sac-only-top2-seed0.json",
                  "runs/sac-only-seed0/best.pt", "runs/sac-only-seed1/metrics.jsonl"):
         assert (out / name).is_file(), name
-    cell = json.loads((out / "cells" / "sac-only-seed1.json").read_text())
+    cell = json.loads((out / "cells" / "sac-only-top2-seed1.json").read_text())
     assert cell["seed"] == 1 and cell["config"]["train"]["seed"] == 1 and cell["train"]["env_steps"] == 120
+    assert cell["deploy_topk"] == 2 and cell["run_dir"] == "runs/sac-only-seed1" and cell["train_id"] == "sac-only"
     assert [(e["scenario"], e["seed"]) for e in cell["test"]["episodes"]] == [(0, 0), (1, 1)]
     assert all(e["max_steps"] == 30 for e in cell["test"]["episodes"])
     assert json.loads((out / "cells" / "donothing.json").read_text())["train"] is None
 
 
-def test_table_is_mean_and_std_of_the_cells(finished) -> None:
+def test_deploy_topk_rows_test_one_training_each(finished) -> None:
+    _, out, result = finished
+    assert sorted(p.name for p in (out / "runs").iterdir()) == ["sac-only-seed0", "sac-only-seed1"]
+    rows = {r["id"]: r for r in result["rows"]}
+    assert rows["sac-only-alone"]["name"] == "SAC-only (policy alone)" and rows["sac-only-alone"]["deploy_topk"] == 0
+    assert rows["sac-only-top2"]["name"] == "SAC-only + top-2 check" and rows["sac-only-top2"]["deploy_topk"] == 2
+    for seed in (0, 1):
+        alone, top2 = (json.loads((out / "cells" / f"sac-only-{v}-seed{seed}.json").read_text())
+                       for v in ("alone", "top2"))
+        assert alone["train"] == top2["train"] and alone["train"]["resumed"] is False  # trained once, not resumed
+        assert alone["train_fingerprint"] == top2["train_fingerprint"]
+        assert alone["fingerprint"] != top2["fingerprint"]
+    # The check simulates do nothing and the 2 most likely actions per decision; the policy alone simulates nothing
+    # (what either row counts beyond that is the safe rule's).
+    sims = {k: rows[k]["metrics"]["simulations_per_decision"]["value"] for k in ("sac-only-alone", "sac-only-top2")}
+    assert sims["sac-only-top2"] > sims["sac-only-alone"]
+    assert ("sac-only-top2", "sac-only-alone", "the top-k check's share") in [
+        (c["a"], c["b"], c["why"]) for c in result["comparisons"]]
+
+
+def test_table_values_are_pooled_over_episodes_with_bootstrap_intervals(finished) -> None:
     _, out, _ = finished
-    cells = [json.loads((out / "cells" / f"sac-only-seed{k}.json").read_text()) for k in (0, 1)]
-    survival = [c["test"]["totals"]["survival_rate"] for c in cells]
-    reward = [np.mean([e["cumulative_reward"] for e in c["test"]["episodes"]]) for c in cells]
-    per_episode = [c["test"]["totals"]["wall_time_s"] / 2 for c in cells]
+    cells = [json.loads((out / "cells" / f"sac-only-top2-seed{k}.json").read_text()) for k in (0, 1)]
+    episodes = [e for c in cells for e in c["test"]["episodes"]]
+    survival = sum(e["steps_survived"] for e in episodes) / sum(e["max_steps"] for e in episodes)
+    reward = np.mean([e["cumulative_reward"] for e in episodes])
     results = json.loads((out / "results.json").read_text())
-    sac = next(r for r in results["rows"] if r["id"] == "sac-only")
+    assert results["bootstrap"]["draws"] == ex.BOOTSTRAP_DRAWS and results["bootstrap"]["seed"] == ex.BOOTSTRAP_SEED
+    sac = next(r for r in results["rows"] if r["id"] == "sac-only-top2")
     assert sac["n"] == 2 and sac["seeds"] == [0, 1]
-    assert sac["metrics"]["survival_rate"]["mean"] == pytest.approx(np.mean(survival), abs=1e-12)
-    assert sac["metrics"]["survival_rate"]["std"] == pytest.approx(np.std(survival, ddof=1), abs=1e-12)
-    assert sac["metrics"]["episode_reward"]["mean"] == pytest.approx(np.mean(reward), rel=1e-9)
-    assert sac["metrics"]["test_seconds_per_episode"]["mean"] == pytest.approx(np.mean(per_episode), rel=1e-9)
+    assert sac["episodes"]["steps_survived"] == [[e["steps_survived"] for e in c["test"]["episodes"]] for c in cells]
+    stat = sac["metrics"]["survival_rate"]
+    assert stat["value"] == pytest.approx(survival, abs=1e-12)
+    assert stat["lo"] <= stat["value"] <= stat["hi"]
+    assert stat["values"] == [c["test"]["totals"]["survival_rate"] for c in cells]
+    assert sac["metrics"]["episode_reward"]["value"] == pytest.approx(reward, rel=1e-9)
     assert sac["metrics"]["env_steps"]["mean"] == 120 and sac["metrics"]["llm_calls"]["mean"] is None
+    # Recomputed from results.json alone, the intervals come out the same.
+    resample = ex.Resample.draw(results["seeds"], len(results["test_pairs"]))
+    assert ex.interval(resample.statistic(sac, "survival_rate")[1]) == (stat["lo"], stat["hi"])
     nothing = next(r for r in results["rows"] if r["id"] == "donothing")
-    assert nothing["n"] == 1 and nothing["metrics"]["survival_rate"]["std"] is None
+    assert nothing["n"] == 1 and nothing["seeds"] == [None] and len(nothing["episodes"]["max_steps"][0]) == 2
     table = (out / "results.md").read_text()
-    line = next(x for x in table.splitlines() if x.startswith("| SAC-only |"))
-    assert f"{np.mean(reward):.1f} ± {np.std(reward, ddof=1):.1f}" in line
-    assert f"{np.mean(survival):.1%}" in line
+    assert f"Made by `ace-hybrid experiment --config {results['experiment_file']} --out {out}`" in table
+    line = next(x for x in table.splitlines() if x.startswith("| SAC-only + top-2 check |"))
+    assert f"| 2 × 2 | {survival:.1%} [{stat['lo']:.1%}, {stat['hi']:.1%}] |" in line
+    assert "## Paired differences in survival" in table
     csv_lines = (out / "results.csv").read_text().splitlines()
-    header, sac_line = csv_lines[0].split(","), next(x for x in csv_lines if x.startswith("sac-only,")).split(",")
-    assert float(sac_line[header.index("survival_rate_mean")]) == pytest.approx(np.mean(survival), abs=1e-12)
+    header, sac_line = csv_lines[0].split(","), next(x for x in csv_lines if x.startswith("sac-only-top2,")).split(",")
+    assert float(sac_line[header.index("survival_rate")]) == pytest.approx(survival, abs=1e-12)
+    assert float(sac_line[header.index("survival_rate_hi")]) == pytest.approx(stat["hi"], abs=1e-12)
 
 
 def test_a_second_run_of_the_command_reruns_nothing(finished) -> None:
@@ -106,9 +140,28 @@ def test_a_second_run_of_the_command_reruns_nothing(finished) -> None:
     proc = subprocess.run([sys.executable, "-m", "ace_hybrid.cli", "experiment", "--config", str(path), "--out",
                            str(out), "--no-progress", "--no-report"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "0 cell(s) run, 3 reused" in proc.stdout and "| SAC-only | 2 |" in proc.stdout
+    assert "0 cell(s) run, 5 reused" in proc.stdout and "| SAC-only (policy alone) | 2 × 2 |" in proc.stdout
     assert {p.name: p.stat().st_mtime_ns for p in (out / "cells").glob("*.json")} == stamps
     assert (out / "runs" / "sac-only-seed0" / "checkpoint.pt").stat().st_mtime_ns == checkpoint
+
+
+def test_a_missing_sibling_cell_reuses_the_training_of_the_other(finished, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    path, out, _ = finished
+    import shutil
+
+    copy = tmp_path / "out"
+    shutil.copytree(out, copy)
+    (copy / "cells" / "sac-only-alone-seed1.json").unlink()
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("the run was trained again")
+
+    monkeypatch.setattr(ex, "train_cell", no_training)
+    result = ex.run_experiment(ex.load_experiment(path, rows=["sac-only-alone"], seeds=[1]), copy, progress=False)
+    assert result["ran"] == ["sac-only-alone-seed1"]
+    assert result["cells"][0]["train"] == json.loads((copy / "cells" / "sac-only-top2-seed1.json").read_text())["train"]
+    assert result["command"].endswith("--rows sac-only-alone --seeds 1")
 
 
 def test_changed_settings_do_not_silently_reuse_finished_cells(finished) -> None:
@@ -177,8 +230,36 @@ def test_bad_row_kind_fails_naming_it(tmp_path: Path) -> None:
     path = write_experiment(tmp_path / "bad.toml", rows='[[rows]]\nname = "SAC"\nkind = "sac-only"\n')
     with pytest.raises(ValueError, match=r"rows\[0\]\.kind = 'sac-only' \(row 'SAC'\) is not one of .*sac_only"):
         ex.load_experiment(path)
-    with pytest.raises(ValueError, match=r"unknown row\(s\) 'ace'; rows of bad2.toml: donothing, sac-only"):
+    with pytest.raises(ValueError, match=r"unknown row\(s\) 'ace'; rows of bad2.toml: donothing, sac-only, "
+                                         r"sac-only-alone, sac-only-top2"):
         ex.load_experiment(write_experiment(tmp_path / "bad2.toml"), rows=["ace"])
+
+
+def test_deploy_topk_expands_a_training_row_and_fails_naming_the_row(tmp_path: Path) -> None:
+    spec = ex.load_experiment(write_experiment(tmp_path / "ok.toml"))
+    assert [(r.id, r.name, r.topk, r.train_id) for r in spec.rows] == [
+        ("donothing", "DoNothing", None, "donothing"),
+        ("sac-only-alone", "SAC-only (policy alone)", 0, "sac-only"),
+        ("sac-only-top2", "SAC-only + top-2 check", 2, "sac-only")]
+    assert [r.id for r in ex.load_experiment(tmp_path / "ok.toml", rows=["sac-only"]).rows] == [
+        "sac-only-alone", "sac-only-top2"]
+    assert [r.id for r in ex.load_experiment(tmp_path / "ok.toml", rows=["sac-only-top2"]).rows] == ["sac-only-top2"]
+    for bad, message in (("[0, 0]", r"deploy_topk = \[0, 0\] \(row 'SAC'\) must be a non-empty list of distinct"),
+                         ("[]", r"deploy_topk = \[\] \(row 'SAC'\)"), ("[-1]", r"deploy_topk = \[-1\]"),
+                         ("4", r"deploy_topk = 4")):
+        path = write_experiment(tmp_path / "bad.toml", rows=f'[[rows]]\nname = "SAC"\nkind = "sac_only"\n'
+                                                              f'deploy_topk = {bad}\n')
+        with pytest.raises(ValueError, match=message):
+            ex.load_experiment(path)
+    path = write_experiment(tmp_path / "bad.toml", rows='[[rows]]\nname = "Greedy"\nkind = "greedy"\n'
+                                                       'deploy_topk = [0, 8]\n')
+    with pytest.raises(ValueError, match=r"rows\[0\]\.deploy_topk \(row 'Greedy'\): kind 'greedy' trains no policy"):
+        ex.load_experiment(path)
+    path = write_experiment(tmp_path / "bad.toml", rows='[[rows]]\nname = "SAC"\nkind = "sac_only"\n'
+                                                       'deploy_topk = [0]\n\n[[rows]]\nname = "SAC alone"\n'
+                                                       'id = "sac-alone"\nkind = "sac_only"\n')
+    with pytest.raises(ValueError, match=r"row id\(s\) sac-alone appear more than once"):
+        ex.load_experiment(path)
 
 
 def test_bad_config_key_fails_naming_the_row_and_key(tmp_path: Path) -> None:
@@ -200,6 +281,9 @@ def test_test_pairs_must_be_held_out(tmp_path: Path) -> None:
         ex.load_experiment(path)
     path.write_text(text.replace("[[2, 0], [1, 1]]", "[[1, 1001]]"))
     with pytest.raises(ValueError, match=r"test pair \[1, 1001\] may be training episode 1"):
+        ex.load_experiment(path)
+    path.write_text(text.replace("[[2, 0], [1, 1]]", "[[0, 5], [1, 1], [0, 5]]"))
+    with pytest.raises(ValueError, match=r"test pair\(s\) \[0, 5\] appear more than once"):
         ex.load_experiment(path)
 
 
@@ -252,11 +336,137 @@ kind = "ace"
     assert "figures/llm.png" in report and (tmp_path / "out" / "figures" / "llm.png").is_file()
 
 
+# ----------------------------------------------------------------------------- bootstrap (known answers)
+
+
+def synthetic_row(row_id: str, survived: list[list[int]], seeds: list[int | None], length: int = 100) -> dict:
+    """A results.json row with the given steps survived per (seed, test pair), every episode ``length`` long."""
+    survived_arr = np.asarray(survived, dtype=float)
+    return {"id": row_id, "name": row_id, "kind": "sac_only" if seeds != [None] else "greedy", "train_id": row_id,
+            "deploy_topk": None, "n": len(seeds), "seeds": seeds,
+            "episodes": {"steps_survived": survived_arr.tolist(),
+                         "max_steps": np.full_like(survived_arr, length).tolist(),
+                         "cumulative_reward": survived_arr.tolist(), "decisions": np.ones_like(survived_arr).tolist(),
+                         "simulations": np.zeros_like(survived_arr).tolist(),
+                         "wall_time_s": np.ones_like(survived_arr).tolist()}}
+
+
+def test_identical_rows_have_a_difference_interval_at_zero() -> None:
+    rng = np.random.default_rng(0)
+    survived = rng.integers(0, 101, size=(3, 16)).tolist()
+    resample = ex.Resample.draw([0, 1, 2], 16)
+    c = ex.paired_difference(resample, synthetic_row("a", survived, [0, 1, 2]), synthetic_row("b", survived, [0, 1, 2]))
+    assert c["difference"] == 0.0 and c["lo"] == 0.0 and c["hi"] == 0.0 and not c["separated"]
+    assert c["pairs"] == 16 and c["seeds"] == 3
+
+
+def test_a_row_that_always_survives_longer_separates() -> None:
+    rng = np.random.default_rng(1)
+    base = rng.integers(0, 80, size=(3, 16))
+    better = base + rng.integers(1, 20, size=(3, 16))  # longer on every (seed, pair), by varying amounts
+    resample = ex.Resample.draw([0, 1, 2], 16)
+    c = ex.paired_difference(resample, synthetic_row("a", better.tolist(), [0, 1, 2]),
+                             synthetic_row("b", base.tolist(), [0, 1, 2]))
+    assert c["lo"] > 0 and c["separated"] and c["lo"] <= c["difference"] <= c["hi"]
+    reverse = ex.paired_difference(resample, synthetic_row("b", base.tolist(), [0, 1, 2]),
+                                   synthetic_row("a", better.tolist(), [0, 1, 2]))
+    assert reverse["hi"] < 0 and reverse["separated"]
+
+
+def test_a_difference_that_flips_with_the_pair_does_not_separate() -> None:
+    a = [[100, 0] * 8] * 2
+    b = [[0, 100] * 8] * 2  # same mean, better on the other half of the pairs
+    c = ex.paired_difference(ex.Resample.draw([0, 1], 16), synthetic_row("a", a, [0, 1]),
+                             synthetic_row("b", b, [0, 1]))
+    assert c["difference"] == 0.0 and c["lo"] < 0 < c["hi"] and not c["separated"]
+
+
+def test_pair_level_interval_matches_the_binomial_quantiles() -> None:
+    # A baseline surviving 8 of 16 equally long pairs in full and the rest not at all: the resampled survival is
+    # Binomial(16, 1/2) / 16, whose 2.5% and 97.5% quantiles are 4/16 and 12/16.
+    row = synthetic_row("a", [[100] * 8 + [0] * 8], [None])
+    value, draws = ex.Resample.draw([0, 1, 2], 16).statistic(row, "survival_rate")
+    assert value == 0.5 and ex.interval(draws) == (0.25, 0.75)
+    assert draws.shape == (ex.BOOTSTRAP_DRAWS,)
+
+
+def test_seed_level_is_resampled_for_training_rows() -> None:
+    # Seed 0 survives every pair, seed 1 none: resampling the two seeds gives 0, 1/2 or 1 with chances 1/4, 1/2, 1/4.
+    row = synthetic_row("a", [[100] * 16, [0] * 16], [0, 1])
+    value, draws = ex.Resample.draw([0, 1], 16).statistic(row, "survival_rate")
+    assert value == 0.5 and ex.interval(draws) == (0.0, 1.0)
+    assert abs(np.mean(draws == 0.5) - 0.5) < 0.02
+
+
+def test_bootstrap_draws_are_fixed_by_their_seed() -> None:
+    row = synthetic_row("a", np.random.default_rng(2).integers(0, 101, size=(2, 16)).tolist(), [0, 1])
+    first = ex.Resample.draw([0, 1], 16).statistic(row, "survival_rate")[1]
+    assert np.array_equal(first, ex.Resample.draw([0, 1], 16).statistic(row, "survival_rate")[1])
+    assert not np.array_equal(first, ex.Resample.draw([0, 1], 16, seed=1).statistic(row, "survival_rate")[1])
+
+
+def test_comparisons_are_declared_by_kind_not_by_results() -> None:
+    rows = [dict(synthetic_row("greedy", [[50] * 4], [None]), kind="greedy"),
+            dict(synthetic_row("sac-alone", [[50] * 4], [0]), train_id="sac", deploy_topk=0),
+            dict(synthetic_row("sac-top8", [[50] * 4], [0]), train_id="sac", deploy_topk=8),
+            dict(synthetic_row("eg-top8", [[50] * 4], [0]), train_id="eg", deploy_topk=8, expert_guided=True),
+            dict(synthetic_row("ace-top8", [[50] * 4], [0]), kind="ace", train_id="ace", deploy_topk=8)]
+    made = ex.comparisons_to_make(rows)
+    assert ("sac-top8", "sac-alone", "the top-k check's share") in made
+    assert ("ace-top8", "sac-top8", "against SAC-only") in made and ("eg-top8", "sac-top8", "against SAC-only") in made
+    assert ("ace-top8", "eg-top8", "against expert-guided RL") in made
+    assert ("ace-top8", "greedy", "against the greedy expert") in made
+    assert not any(a == b for a, b, _ in made) and not any(b == "ace-top8" for _, b, _ in made)
+
+
+# ----------------------------------------------------------------------------- the shipped experiment files
+
+# TODO(tables): drop PENDING_KEYS once train.tutor_steps and train.imitation_weight are in config.py (another branch
+# adds them). Until then the "Expert-guided RL" rows that set them cannot be configured, so this test leaves out
+# (only) the rows whose keys config.py does not know yet; everything else in the files is checked.
+PENDING_KEYS = ("train.tutor_steps", "train.imitation_weight")
+
+
+def _rows_configurable_now(path: Path) -> list[str] | None:
+    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    pending = {k for k in PENDING_KEYS if k.split(".", 1)[1] not in known}
+    raw = read_toml(path, "experiment file")["rows"]
+    keep = [r.get("id", ex._slug(r["name"])) for r in raw
+            if not any(item.split("=", 1)[0].strip() in pending for item in r.get("set", []))]
+    return None if len(keep) == len(raw) else keep
+
+
+def _validation_seeds() -> set[int]:
+    return {int(seed) for config in (REPO / "configs").glob("*.toml")
+            for _, seed in read_toml(config, "config").get("env", {}).get("eval_pairs", [])}
+
+
 @pytest.mark.parametrize("path", sorted((REPO / "experiments").glob("*.toml")), ids=lambda p: p.stem)
 def test_the_shipped_experiment_files_are_valid(path: Path) -> None:
-    spec = ex.load_experiment(path)  # builds and validates every cell's configuration
+    spec = ex.load_experiment(path, rows=_rows_configurable_now(path))  # builds and validates every cell's config
     kinds = {row.kind for row, _ in spec.cells()}
     assert {"sac_only", "ace"} <= kinds
     for row, seed in spec.cells():
         cfg = spec.row_config(row, seed)
         assert (cfg.llm.backend == "none") == (row.kind in ("sac_only", "donothing", "reco", "greedy")), row.id
+        assert all(k < cfg.env.train_seed_start for _, k in spec.test_pairs), row.id
+    seeds = [k for _, k in spec.test_pairs]
+    assert len(spec.test_pairs) >= 16 and len(set(seeds)) == len(seeds)
+    assert not set(seeds) & _validation_seeds()
+    assert all(row.topk in (0, 8) for row in spec.rows if row.trains)
+    names = {r["name"] for r in read_toml(path, "experiment file")["rows"]}
+    expanded = {row.name for row in ex.load_experiment(path, rows=_rows_configurable_now(path)).rows}
+    assert {"SAC-only (policy alone)", "SAC-only + top-8 check"} <= expanded
+    if path.stem == "make_run":
+        assert names == {"DoNothing", "Greedy expert", "SAC-only", "Expert-guided RL", "ACE"}
+    if path.stem == "paper_table":
+        assert len(spec.seeds) >= 3
+        assert {"Expert-guided RL", "ACE (LLM ranker)", "ACE (simulation ranker)", "LLM-only (LAC)"} <= names
+        rankers = {row.name: spec.row_config(row, 0).ace.ranker for row in spec.rows
+                   if row.train_id in ("ace", "ace-sim")}
+        assert rankers == {"ACE (LLM ranker, policy alone)": "llm", "ACE (LLM ranker) + top-8 check": "llm",
+                           "ACE (simulation ranker, policy alone)": "sim",
+                           "ACE (simulation ranker) + top-8 check": "sim"}
+    guided = [r for r in read_toml(path, "experiment file")["rows"] if r["name"] == "Expert-guided RL"]
+    assert guided and guided[0]["kind"] == "sac_only" and guided[0]["deploy_topk"] == [0, 8]
+    assert guided[0]["set"] == ["train.tutor_steps=3000", "train.imitation_weight=1.0"]

@@ -16,7 +16,7 @@ from matplotlib.image import imread
 
 from ace_hybrid import experiment as ex
 from ace_hybrid.cli import main
-from ace_hybrid.report import PAPER_TEST_SECONDS, paper_comparison, write_report
+from ace_hybrid.report import PAPER_TEST_SECONDS, claim, claims, paper_comparison, write_report
 
 import tiny_settings  # noqa: E402 (tests/ is on sys.path: see conftest.py)
 
@@ -30,7 +30,8 @@ TINY = [*tiny_settings.TINY, "env.eval_max_steps=30", "env.max_episode_steps=100
 
 @pytest.fixture(scope="module")
 def experiment_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A finished tiny experiment (do-nothing and SAC-only, one seed), before any report."""
+    """A finished tiny experiment (do-nothing, and SAC-only alone and with a top-2 check, one seed), before any
+    report."""
     base = tmp_path_factory.mktemp("report")
     path = base / "tiny.toml"
     path.write_text(f"""
@@ -48,6 +49,7 @@ kind = "donothing"
 [[rows]]
 name = "SAC-only"
 kind = "sac_only"
+deploy_topk = [0, 2]
 """)
     out = base / "out"
     ex.run_experiment(ex.load_experiment(path), out, progress=False)
@@ -68,13 +70,18 @@ def test_report_has_valid_figures_that_it_references(experiment_dir: Path, tmp_p
     assert main(["report", str(out)]) == 0
     report = (out / "report.md").read_text()
     images = referenced_images(report)
-    assert set(images) == {"figures/learning_curves.png", "figures/test_survival.png", "figures/time_split.png"}
+    assert set(images) == {"figures/test_survival.png", "figures/differences.png", "figures/per_episode.png",
+                           "figures/learning_curves.png", "figures/time_split.png"}
     for name in images:
         pixels = imread(out / name)
         assert pixels.ndim == 3 and pixels.shape[0] > 100 and pixels.shape[1] > 200, name
         assert pixels.std() > 0.01, f"{name} is blank"
-    assert "| SAC-only | 1 |" in report and "| DoNothing | 1 |" in report
+    assert "| SAC-only (policy alone) | 1 × 2 |" in report and "| DoNothing | 2 |" in report
     assert "No LLM metrics" in report and f"{PAPER_TEST_SECONDS} s" in report and "offline" in report
+    results = json.loads((out / "results.json").read_text())
+    assert f"Made by `{results['command']}`, then `ace-hybrid report {out}`." in report
+    assert "**SAC-only + top-2 check**" in report and "the top-k check's share" in report
+    assert "## Simulations at deployment" in report
 
 
 def test_llm_lines_in_metrics_give_the_llm_figure(experiment_dir: Path, tmp_path: Path) -> None:
@@ -97,6 +104,13 @@ def test_missing_metrics_and_results_give_sentences_not_errors(experiment_dir: P
     assert "No learning curves" in report and "figures/learning_curves.png" not in report
     assert not (out / "figures" / "learning_curves.png").exists()
     assert "figures/test_survival.png" in referenced_images(report)
+    results = json.loads((out / "results.json").read_text())
+    for key in ("comparisons", "command"):
+        del results[key]  # a results.json from before the intervals
+    (out / "results.json").write_text(json.dumps(results))
+    report = write_report(out).read_text()
+    assert "no paired intervals" in report and "survives longer" not in report
+    assert "figures/differences.png" not in report
     (out / "results.json").unlink()
     with pytest.raises(FileNotFoundError, match="no results.json"):  # nothing to report is an error (exit 2)
         write_report(out)
@@ -106,24 +120,61 @@ def test_missing_metrics_and_results_give_sentences_not_errors(experiment_dir: P
         write_report(tmp_path / "nowhere")
 
 
-def row(row_id: str, kind: str, survival: float, **metrics: float) -> dict:
-    values = {"survival_rate": survival, **metrics}
-    return {"id": row_id, "name": row_id, "kind": kind, "n": 1,
-            "metrics": {k: {"mean": v, "std": None, "values": [v]} for k, v in values.items()}}
+def row(row_id: str, kind: str, survived: list[int], seeds: list | None = None, **metrics: float) -> dict:
+    """A results.json row: steps survived of 100 on each test pair (one line per seed)."""
+    seeds = seeds or [None]
+    episodes = {"steps_survived": [survived] * len(seeds), "max_steps": [[100] * len(survived)] * len(seeds)}
+    record = {"id": row_id, "name": row_id, "kind": kind, "train_id": row_id, "deploy_topk": None, "n": len(seeds),
+              "seeds": seeds, "episodes": episodes,
+              "metrics": {k: {"mean": v, "std": None, "values": [v]} for k, v in metrics.items()}}
+    record["metrics"]["survival_rate"] = {"value": sum(survived) / (100 * len(survived))}
+    return record
 
 
-def test_comparison_with_the_paper_states_who_wins() -> None:
-    results = {"rows": [row("greedy", "greedy", 0.5), row("sac", "sac_only", 0.7),
-                        row("ace", "ace", 0.6, llm_calls=300, llm_accepted=40, test_seconds_per_episode=2.0)],
-               "cells": [{"row": "ace", "kind": "ace", "llm_backend": "smollm2",
-                          "dataset": "x: offline test copy shipped with grid2op", "metrics": {"env_steps": 5000}}]}
-    text = paper_comparison(results)
-    assert "ACE improves on the greedy expert: survival 60.0% vs 50.0%" in text
-    assert "**ACE is worse than SAC-only** at the same budget" in text and "60.0% vs 70.0%" in text
-    assert "300 LLM calls, 40 accepted" in text and "2.00 s per episode" in text
+def results_of(*rows: dict) -> dict:
+    seeds = sorted({s for r in rows for s in r["seeds"] if s is not None}) or [0]
+    n_pairs = len(rows[0]["episodes"]["max_steps"][0])
+    return {"rows": list(rows), "seeds": seeds, "test_pairs": [[0, k] for k in range(n_pairs)],
+            "comparisons": ex.compare_rows(list(rows), seeds, n_pairs),
+            "cells": [{"row": "ace", "kind": "ace", "llm_backend": "smollm2",
+                       "dataset": "x: offline test copy shipped with grid2op", "metrics": {"env_steps": 5000}}]}
+
+
+def test_report_claims_a_difference_only_when_the_paired_interval_excludes_zero() -> None:
+    greedy = row("greedy", "greedy", [50] * 16)
+    # 16 pairs: ACE survives longer on 13, shorter on 3 -> separated; SAC on 9 of 16, by the same margins -> not.
+    ace = row("ace", "ace", [90] * 13 + [40] * 3, seeds=[0])
+    sac = row("sac", "sac_only", [90] * 9 + [10] * 7, seeds=[0])
+    results = results_of(greedy, sac, ace)
+    by_pair = {(c["a"], c["b"]): c for c in results["comparisons"]}
+    separated, overlapping = by_pair[("ace", "greedy")], by_pair[("sac", "greedy")]
+    assert separated["separated"] and separated["lo"] > 0
+    assert not overlapping["separated"] and overlapping["lo"] < 0 < overlapping["hi"]
+    text = claims(results)
+    assert claim(separated) in text and claim(overlapping) in text
+    assert claim(separated).startswith("**ace** survives longer than **greedy** (against the greedy expert): "
+                                       "80.6% vs 50.0%, +30.6 points [95% CI ")
+    assert claim(overlapping).startswith("**sac** and **greedy** are not distinguishable at these sample sizes")
+    assert "includes 0 (16 test pairs × 1 training seed)" in claim(overlapping)
+    assert "survives" not in claim(overlapping) and "improves" not in text
+    worse = dict(separated, a_name="x", b_name="y", difference=-0.2, lo=-0.3, hi=-0.1)
+    assert claim(worse).startswith("**x** survives less than **y**")
+    assert by_pair[("ace", "sac")]["separated"] and "2 of 3 declared comparisons separate" in text
+
+
+def test_comparison_with_the_paper_follows_the_claim_rule() -> None:
+    greedy = row("greedy", "greedy", [50] * 16)
+    ace = row("ace", "ace", [90] * 13 + [40] * 3, seeds=[0], llm_calls=300, llm_accepted=40)
+    ace["metrics"]["test_seconds_per_episode"] = {"value": 2.0}
+    text = paper_comparison(results_of(greedy, ace))
+    assert "| ACE vs the expert(-guided) baseline (ours: the greedy expert (no expert-guided RL row)) |" in text
+    assert "ace vs greedy: higher, 80.6% vs 50.0%, +30.6 points [" in text
+    assert "300 LLM calls, 40 accepted" in text and "ace: 2.00 s per episode" in text
     assert "SmolLM2-135M-Instruct" in text and "5,000 environment steps" in text
-    results["rows"][1] = row("sac", "sac_only", 0.6)
-    assert "ACE is not worse than SAC-only" in paper_comparison(results)
+    guided = dict(row("eg", "sac_only", [40] * 3 + [90] * 13, seeds=[0]), expert_guided=True)  # same, other pairs
+    text = paper_comparison(results_of(greedy, guided, ace))
+    assert "(ours: expert-guided RL) | ACE improves on it | ace vs eg: not distinguishable, " in text
+    assert "improves on the greedy" not in text and "is worse than" not in text
     assert "no ACE row" in paper_comparison({"rows": [], "cells": []})
 
 

@@ -1,16 +1,24 @@
-"""``report.md`` for a finished experiment directory: the table, figures, and our figures beside the ACE paper's.
+"""``report.md`` for a finished experiment directory: the table, what its intervals allow us to claim, figures, and
+our figures beside the ACE paper's.
+
+Claims. The report states that one row differs from another only where the 95% bootstrap interval of their paired
+difference in survival (:func:`ace_hybrid.experiment.paired_difference`) excludes 0; otherwise it says the two are
+not distinguishable at these sample sizes, with the figures. Only the comparisons the experiment declares
+(:func:`ace_hybrid.experiment.comparisons_to_make`) are made.
 
 Figures (PNG, matplotlib's Agg canvas, no display needed), written to ``DIR/figures/``:
 
+- ``test_survival.png``: survival on the held-out test episodes per row, with 95% bootstrap intervals as error bars;
+- ``differences.png``: the paired differences in survival, with their 95% intervals as error bars and 0 marked;
+- ``per_episode.png``: survival on each held-out test episode per row (mean over seeds), the data behind both;
 - ``learning_curves.png``: survival on the checkpoint-selection pairs (``env.eval_pairs``) against environment
   steps, per training row and seed (from each run's ``metrics.jsonl``);
-- ``test_survival.png``: survival on each held-out test episode, per row (mean over seeds);
 - ``llm.png``: cumulative LLM calls and acceptance rate over training (``llm/*`` lines of ``metrics.jsonl``);
 - ``time_split.png``: where training time went per training row (environment, updates, LLM, evaluation, other).
 
 A directory without ``results.json`` is an error (there is nothing to report); anything else missing (an unreadable
-results.json, a deleted run directory, no LLM lines) becomes a sentence in the report. Comparable figures from the
-paper (ACE, arXiv 2506.02522) are put beside ours with what differs.
+results.json, a deleted run directory, no LLM lines, a results.json without intervals) becomes a sentence in the
+report. Comparable figures from the paper (ACE, arXiv 2506.02522) are put beside ours with what differs.
 """
 
 from __future__ import annotations
@@ -60,6 +68,19 @@ def _colors(results: dict[str, Any]) -> dict[str, Any]:
     return {row["id"]: cmap(i % 10) for i, row in enumerate(results.get("rows", []))}
 
 
+def _trainings(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per training: the rows a ``deploy_topk`` makes from one training share its runs, shown once under
+    the training's name (``train_name``)."""
+    seen: set[str] = set()
+    out = []
+    for row in results.get("rows", []):
+        key = row.get("train_id", row["id"])
+        if key not in seen:
+            seen.add(key)
+            out.append({**row, "name": row.get("train_name", row["name"])})
+    return out
+
+
 def _cells_of(results: dict[str, Any], row_id: str) -> list[dict[str, Any]]:
     return [c for c in results.get("cells", []) if c.get("row") == row_id]
 
@@ -69,9 +90,15 @@ def _first_row(results: dict[str, Any], kind: str) -> dict[str, Any] | None:
 
 
 def _mean(row: dict[str, Any] | None, key: str) -> float | None:
+    """A row's value of ``key``: pooled over its episodes for a test metric, the mean over seeds otherwise."""
     if row is None:
         return None
-    return row.get("metrics", {}).get(key, {}).get("mean")
+    stat = row.get("metrics", {}).get(key, {})
+    return stat["value"] if "value" in stat else stat.get("mean")
+
+
+def _has_intervals(results: dict[str, Any]) -> bool:
+    return "comparisons" in results and all("episodes" in r for r in results.get("rows", []))
 
 
 # ----------------------------------------------------------------------------- figures
@@ -82,7 +109,7 @@ def plot_learning_curves(results: dict[str, Any], out: Path, fig_dir: Path) -> s
     colors = _colors(results)
     fig, ax = _figure()
     drawn = 0
-    for row in results.get("rows", []):
+    for row in _trainings(results):
         labelled = False
         for cell in _cells_of(results, row["id"]):
             if not cell.get("run_dir"):
@@ -109,34 +136,67 @@ def plot_learning_curves(results: dict[str, Any], out: Path, fig_dir: Path) -> s
 
 
 def plot_test_survival(results: dict[str, Any], fig_dir: Path) -> str:
-    """Grouped bars: survival per held-out test episode per row (mean over seeds)."""
+    """Survival per row on the held-out test episodes, with its 95% bootstrap interval as an error bar."""
+    colors = _colors(results)
+    rows = [r for r in results.get("rows", []) if r.get("metrics", {}).get("survival_rate", {}).get("lo") is not None]
+    if not rows:
+        return "No survival intervals in results.json (rerun the experiment command: finished cells are reused)."
+    fig, ax = _figure(8.0, 1.2 + 0.35 * len(rows))
+    for y, row in enumerate(rows):
+        stat = row["metrics"]["survival_rate"]
+        ax.errorbar(stat["value"], y, xerr=[[stat["value"] - stat["lo"]], [stat["hi"] - stat["value"]]], fmt="o",
+                    color=colors[row["id"]], capsize=4)
+    ax.set_yticks(range(len(rows)), [r["name"] for r in rows])
+    ax.invert_yaxis()
+    ax.set(xlabel="survival (total steps survived / total playable)", xlim=(-0.02, 1.02),
+           title="Held-out test episodes: survival with 95% bootstrap intervals")
+    ax.grid(axis="x", alpha=0.3)
+    fig.savefig(fig_dir / "test_survival.png", dpi=110)
+    return ("![test survival](figures/test_survival.png)\n\nSurvival of every row on the held-out test episodes; "
+            "the bars are 95% bootstrap intervals over test pairs and training seeds. Overlapping bars do not by "
+            "themselves mean two rows are alike, nor separate bars that they differ: the paired differences below "
+            "decide.")
+
+
+def plot_differences(results: dict[str, Any], fig_dir: Path) -> str:
+    """The declared paired differences in survival, with their 95% intervals as error bars and 0 marked."""
+    shown = [c for c in results.get("comparisons", []) if c.get("lo") is not None and c.get("difference") is not None]
+    if not shown:
+        return "No paired differences to plot."
+    fig, ax = _figure(8.0, 1.2 + 0.35 * len(shown))
+    for y, c in enumerate(shown):
+        d, lo, hi = (100 * c[k] for k in ("difference", "lo", "hi"))
+        ax.errorbar(d, y, xerr=[[d - lo], [hi - d]], fmt="o", capsize=4, color="tab:red" if c["separated"] else "0.4",
+                    markerfacecolor="tab:red" if c["separated"] else "white")
+    ax.axvline(0.0, color="black", linewidth=0.8)
+    ax.set_yticks(range(len(shown)), [f"{c['a_name']} − {c['b_name']}" for c in shown], fontsize="small")
+    ax.invert_yaxis()
+    ax.set(xlabel="difference in survival, percentage points", title="Paired differences (95% bootstrap intervals)")
+    ax.grid(axis="x", alpha=0.3)
+    fig.savefig(fig_dir / "differences.png", dpi=110)
+    return ("![paired differences](figures/differences.png)\n\nA − B in survival on the same test pairs and seeds; "
+            "filled red: the interval excludes 0 (a difference the report states), hollow grey: it does not.")
+
+
+def plot_per_episode(results: dict[str, Any], fig_dir: Path) -> str:
+    """Survival per row and held-out test episode (mean over seeds), as a heat map."""
     import numpy as np
 
-    colors = _colors(results)
-    episodes: list[tuple[int, int]] = [tuple(p) for p in results.get("test_pairs", [])]
-    table: dict[str, list[float]] = {}
-    for row in results.get("rows", []):
-        per_episode: dict[tuple[int, int], list[float]] = {}
-        for cell in _cells_of(results, row["id"]):
-            for e in (cell.get("test") or {}).get("episodes", []):
-                per_episode.setdefault((e["scenario"], e["seed"]), []).append(float(e["survival_rate"]))
-        if per_episode:
-            table[row["id"]] = [float(np.mean(per_episode[p])) if p in per_episode else math.nan for p in episodes]
-    if not table or not episodes:
-        return "No per-episode test results in the cells."
-    fig, ax = _figure(max(7.0, 1.2 * len(episodes) * max(1, len(table)) / 3), 4.0)
-    width = 0.8 / len(table)
-    x = np.arange(len(episodes))
-    names = {r["id"]: r["name"] for r in results["rows"]}
-    for i, (row_id, values) in enumerate(table.items()):
-        ax.bar(x + (i - (len(table) - 1) / 2) * width, values, width, color=colors[row_id], label=names[row_id])
-    ax.set_xticks(x, [f"scenario {s}\nseed {k}" for s, k in episodes])
-    ax.set(ylabel="survival (steps survived / played)", ylim=(0, 1.05), title="Held-out test episodes")
-    ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize="small", ncols=min(4, len(table)))
-    fig.savefig(fig_dir / "test_survival.png", dpi=110)
-    return ("![test survival](figures/test_survival.png)\n\nSurvival on each held-out test episode (scenario, seed) "
-            "for every agent; training rows averaged over their seeds.")
+    rows = [r for r in results.get("rows", []) if r.get("n") and "episodes" in r]
+    pairs = results.get("test_pairs", [])
+    if not rows or not pairs:
+        return "No per-episode test results in results.json."
+    table = np.array([np.mean(np.asarray(r["episodes"]["steps_survived"], dtype=float)
+                              / np.asarray(r["episodes"]["max_steps"], dtype=float), axis=0) for r in rows])
+    fig, ax = _figure(max(6.0, 0.45 * len(pairs) + 3.0), 1.5 + 0.35 * len(rows))
+    image = ax.imshow(table, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto")
+    ax.set_yticks(range(len(rows)), [r["name"] for r in rows], fontsize="small")
+    ax.set_xticks(range(len(pairs)), [f"{s}/{k}" for s, k in pairs], rotation=90, fontsize="small")
+    ax.set(xlabel="test episode (scenario/seed)", title="Survival per held-out test episode (mean over seeds)")
+    fig.colorbar(image, ax=ax, label="survival")
+    fig.savefig(fig_dir / "per_episode.png", dpi=110)
+    return ("![survival per episode](figures/per_episode.png)\n\nThe per-episode values behind the intervals "
+            "(results.json keeps each one per seed).")
 
 
 _SEED_STYLES = ("-", "--", ":", "-.")
@@ -147,7 +207,7 @@ def plot_llm(results: dict[str, Any], out: Path, fig_dir: Path) -> str:
     colors = _colors(results)
     fig, (ax_calls, ax_rate) = _figure(10.0, 4.0, ncols=2)
     drawn = 0
-    for row in results.get("rows", []):
+    for row in _trainings(results):
         for k, cell in enumerate(_cells_of(results, row["id"])):
             if not cell.get("run_dir"):
                 continue
@@ -195,7 +255,7 @@ def plot_time_split(results: dict[str, Any], fig_dir: Path) -> str:
     import numpy as np
 
     rows = []
-    for row in results.get("rows", []):
+    for row in _trainings(results):
         splits = [s for s in (_time_split(c) for c in _cells_of(results, row["id"])) if s]
         if splits:
             rows.append((row["name"], {k: float(np.mean([s[k] for s in splits])) for k in _TIME_PARTS}))
@@ -229,9 +289,90 @@ def _pct(x: float | None) -> str:
     return "–" if x is None or math.isnan(x) else f"{x:.1%}"
 
 
+def _over(c: dict[str, Any]) -> str:
+    seeds = f" × {c['seeds']} training seed{'s' if c['seeds'] != 1 else ''}" if c.get("seeds") else ""
+    return f"{c['pairs']} test pairs{seeds}"
+
+
+def points(value: float) -> str:
+    """A survival difference in percentage points, signed: ``+12.5`` (as the experiment's tables print it)."""
+    return f"{100 * value:+.1f}"
+
+
+def _ci(c: dict[str, Any]) -> str:
+    return f"{points(c['difference'])} points [95% CI {points(c['lo'])}, {points(c['hi'])}]"
+
+
+def claim(c: dict[str, Any]) -> str:
+    """The sentence a paired comparison (:func:`ace_hybrid.experiment.paired_difference`) allows: a difference only
+    when its interval excludes 0, else that the rows are not distinguishable at these sample sizes."""
+    a, b = f"**{c['a_name']}**", f"**{c['b_name']}**"
+    if c.get("difference") is None or c.get("lo") is None:
+        return f"{a} vs {b} ({c['why']}): no test episodes to compare."
+    values = f"{_pct(c['a_value'])} vs {_pct(c['b_value'])}"
+    if c["separated"]:
+        verb = "survives longer than" if c["lo"] > 0 else "survives less than"
+        return f"{a} {verb} {b} ({c['why']}): {values}, {_ci(c)} over {_over(c)}."
+    return (f"{a} and {b} are not distinguishable at these sample sizes ({c['why']}): {values}, {_ci(c)}, an "
+            f"interval that includes 0 ({_over(c)}).")
+
+
+def short_claim(c: dict[str, Any]) -> str:
+    """The verdict of :func:`claim` in a few words, for a table cell."""
+    if c.get("difference") is None or c.get("lo") is None:
+        return f"{c['a_name']} vs {c['b_name']}: no data"
+    verdict = ("not distinguishable" if not c["separated"] else "higher" if c["lo"] > 0 else "lower")
+    return (f"{c['a_name']} vs {c['b_name']}: {verdict}, {_pct(c['a_value'])} vs {_pct(c['b_value'])}, "
+            f"{points(c['difference'])} points [{points(c['lo'])}, {points(c['hi'])}]")
+
+
+def claims(results: dict[str, Any]) -> str:
+    """The report's statements about the rows: one :func:`claim` per declared comparison."""
+    if not _has_intervals(results):
+        return ("This results.json has no paired intervals (it predates them): no difference between rows is stated. "
+                "Rerun the experiment command (finished cells are reused) to compute them.")
+    comparisons = results.get("comparisons") or []
+    if not comparisons:
+        return "No comparisons: the table has no pair of rows it declares comparable (for example no greedy row)."
+    separated = sum(1 for c in comparisons if c.get("separated"))
+    summary = (f"{separated} of {len(comparisons)} declared comparisons separate (the 95% interval of the paired "
+               f"difference in survival excludes 0); only those state a difference.")
+    lines = [summary, ""]
+    lines += [f"- {claim(c)}" for c in comparisons]
+    from ace_hybrid.experiment import DIFFERENCES_NOTE
+
+    return "\n".join(lines) + "\n\n" + DIFFERENCES_NOTE
+
+
+def deployment_costs(results: dict[str, Any]) -> str:
+    """Simulations per decision of each row beside the greedy expert's, and the check's share of the test time."""
+    rows = [r for r in results.get("rows", []) if _mean(r, "simulations_per_decision") is not None]
+    if not rows:
+        return "No simulation counts in results.json."
+    greedy = next((r for r in rows if r.get("kind") == "greedy"), None)
+    g = _mean(greedy, "simulations_per_decision")
+    head = ["| row | simulations / decision | share of the greedy expert's | test time / episode |",
+            "|:---|---:|---:|---:|"]
+    lines = []
+    for r in rows:
+        x = _mean(r, "simulations_per_decision")
+        share = f"{x / g:.2f}" if g else "–"
+        lines.append(f"| {r['name']} | {x:.1f} | {share} | {_mean(r, 'test_seconds_per_episode') or 0:.2f} s |")
+    note = ("Simulations count every obs.simulate of the agent and of its safe rule, per decision (danger state); a "
+            "share of at most 0.33 is at most a third of the greedy expert's simulations.")
+    if greedy is None:
+        note += " No greedy row: no share."
+    return "\n".join(head + lines) + "\n\n" + note
+
+
+VERDICT_NOTE = ('A verdict above is "higher" or "lower" only when the 95% interval of the paired difference excludes 0 '
+                "(see the claims above).")
+
+
 def paper_comparison(results: dict[str, Any]) -> str:
     """Our figures beside the paper's where they are comparable, and what differs."""
-    ace, greedy, sac = (_first_row(results, k) for k in ("ace", "greedy", "sac_only"))
+    rows = results.get("rows", [])
+    ace = _first_row(results, "ace")
     lines = ["| | paper (ACE, arXiv 2506.02522) | ours |", "|:---|:---|:---|"]
     lo, hi = PAPER_REFINEMENTS
     if ace is not None and _mean(ace, "llm_calls") is not None:
@@ -240,28 +381,28 @@ def paper_comparison(results: dict[str, Any]) -> str:
     else:
         ours = "no ACE row with LLM counts"
     lines.append(f"| LLM refinements needed | {lo}-{hi} | {ours} |")
-    test_time = _mean(ace, "test_seconds_per_episode")
+    variants = [r for r in rows if ace is not None and r.get("train_id", r["id"]) == ace.get("train_id", ace["id"])
+                and _mean(r, "test_seconds_per_episode") is not None]
     steps = _episode_steps(results, ace["id"]) if ace else None
-    ours = "no ACE row" if test_time is None else (
-        f"{test_time:.2f} s per episode" + (f" (episodes of at most {steps} steps)" if steps else ""))
+    ours = "no ACE row" if not variants else "; ".join(
+        f"{r['name']}: {_mean(r, 'test_seconds_per_episode'):.2f} s" for r in variants) + " per episode" + (
+        f" (episodes of at most {steps} steps)" if steps else "")
     lines.append(f"| ACE test time per episode | {PAPER_TEST_SECONDS} s | {ours} |")
-    a, g, s = _mean(ace, "survival_rate"), _mean(greedy, "survival_rate"), _mean(sac, "survival_rate")
-    if a is not None and g is not None:
-        verdict = "improves on" if a > g else ("matches" if a == g else "falls short of")
-        ours = f"ACE {verdict} the greedy expert: survival {_pct(a)} vs {_pct(g)}"
+    against = [c for c in results.get("comparisons", []) if ace is not None
+               and any(c["a"] == r["id"] for r in variants)]
+    guided = [c for c in against if c["why"] == "against expert-guided RL"]
+    greedy = [c for c in against if c["why"] == "against the greedy expert"]
+    if guided:
+        what, ours = "expert-guided RL", "; ".join(short_claim(c) for c in guided)
+    elif greedy:
+        what, ours = "the greedy expert (no expert-guided RL row)", "; ".join(short_claim(c) for c in greedy)
     else:
-        ours = "not measured (needs an ACE row and a greedy row)"
-    lines.append(f"| ACE vs the expert(-guided) baseline (ours: the greedy expert) | ACE improves on it | {ours} |")
-    notes = []
-    if a is not None and s is not None:
-        if a >= s:
-            notes.append(f"At the same budget ACE is not worse than SAC-only on the held-out episodes "
-                         f"(survival {_pct(a)} vs {_pct(s)}).")
-        else:
-            notes.append(f"**ACE is worse than SAC-only** at the same budget on the held-out episodes (survival "
-                         f"{_pct(a)} vs {_pct(s)}): see the LLM acceptance figure and the per-episode survival "
-                         f"above before drawing conclusions; with one seed and a short budget the gap may be noise.")
-    untrained = sorted({c["name"] for c in results.get("cells", []) if (c.get("train") or {}).get("updates") == 0})
+        what, ours = "no baseline", "not measured (needs an ACE row and an expert-guided RL or greedy row)"
+    lines.append(f"| ACE vs the expert(-guided) baseline (ours: {what}) | ACE improves on it | {ours} |")
+    notes = [VERDICT_NOTE]
+    names = {r.get("train_id", r["id"]): r["name"] for r in _trainings(results)}
+    untrained = sorted({names.get(c.get("train_id") or c.get("row"), c["name"]) for c in results.get("cells", [])
+                        if (c.get("train") or {}).get("updates") == 0})
     if untrained:
         notes.append(f"**No SAC updates** in {', '.join(untrained)}: fewer decisions than train.learning_starts, so "
                      f"the tested policy is the initial one; raise train.total_env_steps before comparing rows.")
@@ -292,7 +433,8 @@ def _differences(results: dict[str, Any]) -> list[str]:
     cores = f"{machine['cpus']} CPU cores" if machine.get("cpus") else "CPU"
     where = {True: f"{cores} and a CUDA device", False: f"{cores} only, no GPU"}.get(machine.get("cuda"), cores)
     out.append(f"Hardware: {where}; times are not comparable with the paper's setup, and test time depends on the "
-               f"episode length and on the top-k simulation check at deployment (env.deploy_topk).")
+               f"episode length and on the top-k simulation check at deployment (the rows named '+ top-k check'; a row "
+               f"without that suffix or '(policy alone)' deploys its run's env.deploy_topk).")
     backends = sorted({c.get("llm_backend") for c in cells if c.get("llm_backend") not in (None, "none")
                        and c.get("kind") in ("ace", "llm_lac")})
     if backends:
@@ -334,19 +476,26 @@ def write_report(out_dir: str | Path) -> Path:
     except json.JSONDecodeError as exc:
         path.write_text(f"# Report\n\n{results_path} is not readable JSON ({exc}); rerun the experiment.\n")
         return path
-    from ace_hybrid.experiment import to_markdown
+    from ace_hybrid.experiment import differences_markdown, to_markdown
 
     parts = [f"# Report: {results.get('experiment', out.name)}", ""]
     if results.get("description"):
         parts += [results["description"], ""]
+    made_by = f"`{results['command']}`" if results.get("command") else "an `ace-hybrid experiment` command not recorded"
+    parts += [f"Made by {made_by}, then `ace-hybrid report {out}`.", ""]
     rows = results.get("rows") or []
     parts += ["## Results", ""]
     if rows:
-        parts += ([results["setup"], ""] if results.get("setup") else []) + [to_markdown(rows), ""]
+        parts += ([results["setup"], ""] if results.get("setup") else []) + [to_markdown(rows), "",
+                                                                              plot_test_survival(results, fig_dir), ""]
     else:
         parts += ["No rows in results.json.", ""]
-    parts += ["## Learning curves", "", plot_learning_curves(results, out, fig_dir), "",
-              "## Survival per held-out episode", "", plot_test_survival(results, fig_dir), "",
+    parts += ["## What the numbers say", "", claims(results), ""]
+    if _has_intervals(results):
+        parts += [differences_markdown(results.get("comparisons") or []), "", plot_differences(results, fig_dir), ""]
+    parts += ["## Simulations at deployment", "", deployment_costs(results), "",
+              "## Survival per held-out episode", "", plot_per_episode(results, fig_dir), "",
+              "## Learning curves", "", plot_learning_curves(results, out, fig_dir), "",
               "## LLM calls and acceptance over training", "", plot_llm(results, out, fig_dir), "",
               _llm_totals(results), "",
               "## Time split of training", "", plot_time_split(results, fig_dir), "",
@@ -360,7 +509,7 @@ def _llm_totals(results: dict[str, Any]) -> str:
     keys = ("calls", "actor_calls", "critic_calls", "bad_transitions", "accepted", "rounds", "errors", "finetunes",
             "seconds")
     lines = []
-    for row in results.get("rows", []):
+    for row in _trainings(results):
         counts = [(c.get("train") or {}).get("llm") for c in _cells_of(results, row["id"])]
         counts = [c for c in counts if c]
         if not counts:
@@ -382,7 +531,7 @@ def _llm_totals(results: dict[str, Any]) -> str:
 def _coevolution_table(results: dict[str, Any]) -> str:
     """Co-evolution rounds: pairs, loss, and the LLM's first-choice acceptance on the probe before and after."""
     lines = []
-    for row in results.get("rows", []):
+    for row in _trainings(results):
         for cell in _cells_of(results, row["id"]):
             for e in ((cell.get("train") or {}).get("llm") or {}).get("coevolution", []):
                 before, after = e.get("probe_before", {}), e.get("probe_after", {})
