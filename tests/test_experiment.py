@@ -3,7 +3,6 @@ resumability, errors that name the culprit, and the shipped experiment files."""
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import json
 import subprocess
@@ -19,7 +18,7 @@ pytest.importorskip("torch")
 from ace_hybrid import experiment as ex
 from ace_hybrid.report import write_report
 from ace_hybrid.training import loop as train_module
-from ace_hybrid.config import TrainConfig, read_toml
+from ace_hybrid.config import read_toml
 from ace_hybrid.training.checkpoint import load_checkpoint_file
 
 import tiny_settings  # noqa: E402 (tests/ is on sys.path: see conftest.py)
@@ -421,21 +420,6 @@ def test_comparisons_are_declared_by_kind_not_by_results() -> None:
 
 # ----------------------------------------------------------------------------- the shipped experiment files
 
-# TODO(tables): drop PENDING_KEYS once train.tutor_steps and train.imitation_weight are in config.py (another branch
-# adds them). Until then the "Expert-guided RL" rows that set them cannot be configured, so this test leaves out
-# (only) the rows whose keys config.py does not know yet; everything else in the files is checked.
-PENDING_KEYS = ("train.tutor_steps", "train.imitation_weight")
-
-
-def _rows_configurable_now(path: Path) -> list[str] | None:
-    known = {f.name for f in dataclasses.fields(TrainConfig)}
-    pending = {k for k in PENDING_KEYS if k.split(".", 1)[1] not in known}
-    raw = read_toml(path, "experiment file")["rows"]
-    keep = [r.get("id", ex._slug(r["name"])) for r in raw
-            if not any(item.split("=", 1)[0].strip() in pending for item in r.get("set", []))]
-    return None if len(keep) == len(raw) else keep
-
-
 def _validation_seeds() -> set[int]:
     return {int(seed) for config in (REPO / "configs").glob("*.toml")
             for _, seed in read_toml(config, "config").get("env", {}).get("eval_pairs", [])}
@@ -443,7 +427,7 @@ def _validation_seeds() -> set[int]:
 
 @pytest.mark.parametrize("path", sorted((REPO / "experiments").glob("*.toml")), ids=lambda p: p.stem)
 def test_the_shipped_experiment_files_are_valid(path: Path) -> None:
-    spec = ex.load_experiment(path, rows=_rows_configurable_now(path))  # builds and validates every cell's config
+    spec = ex.load_experiment(path)  # builds and validates every cell's config
     kinds = {row.kind for row, _ in spec.cells()}
     assert {"sac_only", "ace"} <= kinds
     for row, seed in spec.cells():
@@ -455,7 +439,7 @@ def test_the_shipped_experiment_files_are_valid(path: Path) -> None:
     assert not set(seeds) & _validation_seeds()
     assert all(row.topk in (0, 8) for row in spec.rows if row.trains)
     names = {r["name"] for r in read_toml(path, "experiment file")["rows"]}
-    expanded = {row.name for row in ex.load_experiment(path, rows=_rows_configurable_now(path)).rows}
+    expanded = {row.name for row in ex.load_experiment(path).rows}
     assert {"SAC-only (policy alone)", "SAC-only + top-8 check"} <= expanded
     if path.stem == "make_run":
         assert names == {"DoNothing", "Greedy expert", "SAC-only", "Expert-guided RL", "ACE"}
