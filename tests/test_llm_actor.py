@@ -84,7 +84,9 @@ def setting(make_grid_env):
 
 
 def _actor(backend, catalog, env, cfg, **kw) -> PolicyActor:
-    kw = {"threshold": 0.5, "candidates": 4, "max_rounds": 5, "validation_steps": 8, **kw}
+    # Acceptance by reward only (min_rho_drop out of reach): these tests are about the reward margin and the rounds;
+    # the loading rule has its own test.
+    kw = {"threshold": 0.5, "candidates": 4, "max_rounds": 5, "validation_steps": 8, "min_rho_drop": 1e6, **kw}
     return PolicyActor(backend, catalog, LineEndpoints.from_env(env), reward_fn=_reward(cfg), **kw)
 
 
@@ -200,6 +202,25 @@ def test_baseline_rankers_choose_without_the_llm(setting, ranker) -> None:
             assert ref.tried[0] == cands[int(np.argmin(rho))]
     finally:
         snapshot.close()
+
+
+def test_a_lower_loading_at_no_lower_reward_is_accepted_but_never_a_new_blackout(setting) -> None:
+    from types import SimpleNamespace
+
+    from ace_hybrid.llm.actor import Rollout
+
+    env, obs, catalog, cfg = setting
+    actor = _actor(ScriptedBackend(), catalog, env, cfg, min_improvement=0.01, min_rho_drop=0.05)
+
+    def seg(reward: float, rho: float, blackout: bool = False) -> Rollout:
+        return Rollout(reward, SimpleNamespace(rho=np.array([rho, 0.1])), blackout, False, 3)
+
+    base = seg(0.02, 0.98)
+    assert actor.better(seg(0.02, 0.92), base)  # same reward, loading 6 points lower
+    assert not actor.better(seg(0.02, 0.95), base)  # 3 points: below min_rho_drop
+    assert not actor.better(seg(0.019, 0.50), base)  # lower reward: the loading does not count
+    assert actor.better(seg(0.031, 0.99), base)  # the reward margin alone
+    assert not actor.better(seg(0.5, 0.10, blackout=True), base)  # a blackout the RL action avoided, never
 
 
 def test_proposals_no_better_than_the_rl_action_are_never_accepted(setting) -> None:
