@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import sys
 import threading
 import time
 from typing import Any
@@ -191,6 +192,28 @@ def test_the_worker_sets_its_own_torch_threads_not_the_loops() -> None:
     assert seen == [1] and torch.get_num_threads() == before
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="nice is per thread on Linux only")
+def test_the_worker_thread_runs_at_a_lower_priority_than_the_loop() -> None:
+    from ace_hybrid.training.ace import _worker_thread_settings
+
+    seen: list[int] = []
+
+    class _Nice(_Job):
+        def run(self, slot: int) -> str:
+            seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+            return super().run(slot)
+
+    before = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    worker = LLMWorker(1, "skip", init=lambda slot: _worker_thread_settings(0, 5))
+    try:
+        worker.submit(_Nice("j", []))
+        _drain(worker, 1)
+    finally:
+        worker.close()
+    assert seen == [min(19, before + 5)]
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == before  # the loop's thread is untouched
+
+
 def test_the_inline_worker_runs_at_submission() -> None:
     log: list = []
     worker = InlineWorker()
@@ -205,6 +228,7 @@ def test_the_inline_worker_runs_at_submission() -> None:
     ("ace.queue_overflow=block", "ace.queue_overflow"),
     ("ace.queue_size=0", "ace.queue_size"),
     ("ace.worker_torch_threads=-1", "ace.worker_torch_threads"),
+    ("ace.worker_nice=20", "ace.worker_nice"),
     ("llm.concurrency=2", "concurrency"),  # a local model answers one request at a time
 ])
 def test_bad_queue_settings_fail_at_start_naming_the_option(override: str, name: str) -> None:
@@ -284,6 +308,33 @@ def _assert_committed_consistently(run_dir: pathlib.Path, state: dict, replay: M
         assert rows.decision.tolist() == [x["decision"] for x in kept]
 
 
+def test_skip_makes_no_copy_while_the_queue_is_full_and_counts_a_bad_transition_as_dropped() -> None:
+    from ace_hybrid.training.ace import _QUEUE_COUNTERS, LLMInLoop
+    from ace_hybrid.training.run import Pending
+
+    llm = object.__new__(LLMInLoop)  # the hooks' state only: no backend, no environment
+    llm.ace = load_config(None, ["llm.backend=smollm2", "ace.queue_size=1", "ace.queue_overflow=skip"]).ace
+    llm.actor, llm.coevo, llm._held_probes, llm._not_copied = object(), None, [], False
+    llm.budget_left = lambda role="actor": True
+    llm.queue = dict.fromkeys(_QUEUE_COUNTERS, 0)
+    llm.worker = LLMWorker(1, "skip")
+    log: list = []
+    gate = _blocked(llm.worker, log)
+    try:
+        assert llm.wants_snapshot()  # room in the queue: copy
+        llm.worker.submit(_Job("waiting", log))  # now full
+        bad = Pending(obs=np.zeros(2), action=0, reward=-1.0, episode=0, decision=0, blackout=True)
+        good = Pending(obs=np.zeros(2), action=0, reward=1.0, episode=0, decision=1, max_rho=0.5)
+        assert not llm.wants_snapshot()
+        assert llm.after_store(None, good) is None and llm.queue["dropped"] == 0  # a good one is not lost
+        assert not llm.wants_snapshot()
+        assert llm.after_store(None, bad) is None
+        assert llm.queue["decisions_not_copied"] == 2 and llm.queue["dropped"] == llm.queue["submitted"] == 1
+    finally:
+        gate.set()
+        llm.worker.close()
+
+
 class _NoBar:
     def update(self, n: int) -> None:
         pass
@@ -296,6 +347,7 @@ class _NoBar:
 @pytest.mark.slow
 def test_the_loop_keeps_stepping_while_one_worker_thread_owns_the_backend(tiny_lm, tmp_path, slow_backend) -> None:
     cfg = _cfg(tiny_lm, "train.total_env_steps=150", "ace.max_llm_calls=0", "ace.queue_size=1",
+               "ace.queue_overflow=drop_oldest",
                "ace.finetune_every=2", "ace.finetune_pairs=2", "ace.probe_size=1")
     summary = train(cfg, tmp_path / "run")
     llm, queue = summary["llm"], summary["llm"]["queue"]

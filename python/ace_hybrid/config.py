@@ -33,7 +33,7 @@ BACKENDS = ("smollm2", "transformers", "openai", "none")
 ACTOR_RANKERS = ("llm", "lac", "sim", "q", "random", "score")
 """Valid values of :attr:`ACEConfig.ranker` ("score" is the 0.1 name of "llm")."""
 
-QUEUE_OVERFLOW = ("drop_oldest", "skip")
+QUEUE_OVERFLOW = ("skip", "drop_oldest")
 """Valid values of :attr:`ACEConfig.queue_overflow`."""
 
 
@@ -281,14 +281,20 @@ class ACEConfig:
     thread behind a bounded queue, so acting and learning never wait for it; results enter the replay when they
     arrive, and the queue drains at the end of the run. False: every LLM call runs in the loop's thread, which waits
     for it (deterministic; slower)."""
-    queue_size: int = 4
-    """Bad transitions that may wait for the worker (async_llm); each holds an environment copy until it is run."""
-    queue_overflow: str = "drop_oldest"
-    """When a bad transition finds the queue full: "drop_oldest" evicts the oldest waiting one (the freshest policy
-    is refined), "skip" drops the new one. Either way the dropped one is counted (llm/queue_dropped)."""
-    worker_torch_threads: int = 0
-    """Torch CPU threads of the LLM worker thread (async_llm; thread-local with OpenMP builds); 0: torch's default
-    for a new thread."""
+    queue_size: int = 2
+    """Bad transitions that may wait for the worker (async_llm); each holds an environment copy until it is run, and
+    the run's end waits for them (the drain)."""
+    queue_overflow: str = "skip"
+    """When a bad transition finds the queue full: "skip" drops the new one, and while the queue is full the loop does
+    not even copy the environment at its decisions (a copy costs it 10-40 ms); "drop_oldest" evicts the oldest waiting
+    one (the freshest transitions are refined, at the price of a copy at every decision). Either way the dropped one
+    is counted (llm/queue_dropped)."""
+    worker_torch_threads: int = 1
+    """Torch CPU threads of the LLM worker thread (async_llm; thread-local with OpenMP builds), leaving the other cores
+    to the learner; 0: torch's default for a new thread (all cores)."""
+    worker_nice: int = 5
+    """How much lower the LLM worker thread's scheduling priority is than the loop's (Linux only, per thread; 0:
+    the same): the learner gets the CPU first, the LLM what is left, and what it cannot keep up with is dropped."""
 
     def validate(self) -> None:
         _check(-10.0 <= self.r_bar <= 10.0, "ace.r_bar", self.r_bar, "must be in [-10, 10]")
@@ -321,6 +327,7 @@ class ACEConfig:
                f"must be one of {QUEUE_OVERFLOW}")
         _check(0 <= self.worker_torch_threads <= 1024, "ace.worker_torch_threads", self.worker_torch_threads,
                "must be in [0, 1024]")
+        _check(0 <= self.worker_nice <= 19, "ace.worker_nice", self.worker_nice, "must be in [0, 19]")
 
 
 @dataclass

@@ -18,19 +18,23 @@ An LLM call takes seconds on a CPU, an environment step milliseconds: the loop m
 critic round and fine-tuning round is a job for the LLM worker (:mod:`ace_hybrid.training.llm_worker`): one thread
 that owns the backend (so a LoRA adapter swap can never race with a scoring call), or ``llm.concurrency`` threads for
 an OpenAI-compatible server (each with its own actor; fine-tuning is impossible there). The loop keeps acting and
-updating; what a job produces is committed by the loop's thread at its next hook -- the refinement's line in
-``refinements.jsonl``, the accepted transition into the LLM partition, the critic's reward adjustments
-(:meth:`MixedReplayBuffer.update_rewards`), the counters -- so a checkpoint (written by the same thread) is always
-consistent.
+updating (the worker thread runs at a lower priority, ``ace.worker_nice``, with its own torch threads,
+``ace.worker_torch_threads``, so the learner gets the CPU first); what a job produces is committed by the loop's
+thread at its next hook -- the refinement's line in ``refinements.jsonl``, the accepted transition into the LLM
+partition, the critic's reward adjustments (:meth:`MixedReplayBuffer.update_rewards`), the counters -- so a
+checkpoint (written by the same thread) is always consistent.
 
 Queue policy. At most ``ace.queue_size`` bad transitions wait for the worker, each with the environment copy it will
 be validated in (the worker owns the copy from then on and closes it). A bad transition that finds the queue full is
-dropped by ``ace.queue_overflow``: "drop_oldest" (default) evicts the one that waited longest, "skip" the new one; the
-count is ``llm/queue_dropped`` in the metrics and ``queue.dropped`` in the summary, the waiting ones
-``llm/queue_depth``. A bad transition whose turn comes after the budget ran out is not refined
-(``queue.budget_skipped``). Critic and fine-tuning rounds are never dropped: at most one of each is pending, and a
-critic round that comes due while one is pending is skipped (``queue.critic_rounds_skipped``; the next one sees the
-same trajectories). The budget is the same as in the loop: it is spent when a call is made, by whichever thread.
+dropped by ``ace.queue_overflow``: "skip" (default) drops the new one -- and while the queue is full the loop makes no
+environment copy at its decisions, the largest cost the LLM puts on the loop (``queue.decisions_not_copied``; a bad
+transition met that way is counted as submitted and dropped, as the full queue would have refused it) --,
+"drop_oldest" evicts the one that waited longest (fresher transitions, a copy at every decision); the count is
+``llm/queue_dropped`` in the metrics and ``queue.dropped`` in the summary, the waiting ones ``llm/queue_depth``. A
+bad transition whose turn comes after the budget ran out is not refined (``queue.budget_skipped``). Critic and
+fine-tuning rounds are never dropped: at most one of each is pending, and a critic round that comes due while one is
+pending is skipped (``queue.critic_rounds_skipped``; the next one sees the same trajectories). The budget is the same
+as in the loop: it is spent when a call is made, by whichever thread.
 
 Checkpoints while work is pending. A checkpoint holds exactly what has been committed: every accepted refinement
 that is in the saved replay is in the saved counters, the saved co-evolution records and ``refinements.jsonl`` (whose
@@ -40,8 +44,8 @@ checkpoint has lost it, and counts it (``queue.lost_on_resume``; the LLM calls i
 round in flight is saved as not begun (it runs again after a resume). At the end of a run the queue drains before
 the final checkpoint, so nothing is lost there.
 
-``ace.async_llm = false`` runs every job in the loop's thread when it is submitted: the loop waits for
-each call, and a run is deterministic.
+``ace.async_llm = false`` runs every job in the loop's thread when it is submitted: the loop waits for each call, and
+a run is deterministic.
 
 One budget (``ace.max_llm_calls``) caps the LLM calls of the actor and the critic: the critic has a reserved share
 (``ace.critic_share``), the actor the rest, paced over the run (``ace.pace_budget``). Co-evolution's probe calls are a
@@ -54,6 +58,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, fields
@@ -78,7 +84,7 @@ REFINEMENTS_LOG = "refinements.jsonl"
 log = logging.getLogger(__name__)
 
 _QUEUE_COUNTERS = ("submitted", "dropped", "budget_skipped", "critic_rounds_skipped", "lost_on_resume",
-                   "max_depth", "refined", "lag_steps")
+                   "max_depth", "refined", "lag_steps", "decisions_not_copied")
 
 
 def is_bad(p: Pending, ace: ACEConfig) -> bool:
@@ -266,14 +272,16 @@ class LLMInLoop:
         self._critic_pending = False
         self.queue = dict.fromkeys(_QUEUE_COUNTERS, 0)
         """Counters of the queue over the run (saved with checkpoints; see :meth:`queue_summary`)."""
+        self._not_copied = False
+        """:meth:`wants_snapshot` declined the current decision's copy because the queue was full."""
         self.drain_seconds = 0.0
         self.log_lines = 0
         """Lines this run has committed to ``refinements.jsonl``."""
         if ace.async_llm:
-            torch_threads = ace.worker_torch_threads
+            torch_threads, nice = ace.worker_torch_threads, ace.worker_nice
             self.worker: LLMWorker | InlineWorker = LLMWorker(
                 ace.queue_size, ace.queue_overflow, threads=threads,
-                init=(lambda slot: _set_torch_threads(torch_threads)) if torch_threads else None)
+                init=lambda slot: _worker_thread_settings(torch_threads, nice))
         else:
             self.worker = InlineWorker()
 
@@ -319,7 +327,22 @@ class LLMInLoop:
     # ------------------------------------------------------------------ hooks (the loop's thread)
 
     def wants_snapshot(self) -> bool:
-        return self.actor is not None and self.budget_left()
+        """Whether to keep ``env.copy()`` of this decision: the actor is on and its budget not spent, and -- with
+        ``queue_overflow = "skip"`` -- the worker's queue has room (a copy costs the loop 10-40 ms, and one made while
+        the queue is full would be dropped; such decisions are counted in ``queue.decisions_not_copied``)."""
+        self._not_copied = False
+        if self.actor is None or not self.budget_left():
+            return False
+        if (self.ace.async_llm and self.ace.queue_overflow == "skip" and not self._wants_probe()
+                and self.worker.waiting >= self.ace.queue_size):
+            self.queue["decisions_not_copied"] += 1
+            self._not_copied = True
+            return False
+        return True
+
+    def _wants_probe(self) -> bool:
+        """Co-evolution's probe set is not full yet: the next bad transition goes there, not to the queue."""
+        return self.coevo is not None and len(self.coevo.probes) + len(self._held_probes) < self.coevo.probe_size
 
     def after_store(self, run: Run, p: Pending) -> dict[str, float] | None:
         """Hand a bad transition to the probe set or the actor; commit what has finished. Returns metrics to log when
@@ -327,6 +350,11 @@ class LLMInLoop:
         snapshot, p.snapshot = p.snapshot, None
         if snapshot is not None:
             self._hand_over(run, p, snapshot)
+        elif self._not_copied and is_bad(p, self.ace) and self.actor is not None and self.budget_left():
+            # Not copied because the queue was full ("skip"): the queue would have refused it; counted as such.
+            self.queue["submitted"] += 1
+            self.queue["dropped"] += 1
+        self._not_copied = False
         return self.poll(run)
 
     def _hand_over(self, run: Run, p: Pending, snapshot: Any) -> None:
@@ -336,7 +364,7 @@ class LLMInLoop:
         x = run.normalizer(p.obs)
         q = run.sac.q_values(x, run.actions.legal_mask(p.grid_obs))
         obs = p.grid_obs.copy(env=snapshot)  # obs.simulate then uses the snapshot's simulator, never the loop's
-        if self.coevo is not None and len(self.coevo.probes) + len(self._held_probes) < self.coevo.probe_size:
+        if self._wants_probe():
             probe = ProbeProblem(snapshot, obs, p.action, q)
             if self._coevo_before is None:
                 self.coevo.add_probe(probe)
@@ -498,6 +526,7 @@ class LLMInLoop:
         return {"async": self.ace.async_llm, "size": self.ace.queue_size, "overflow": self.ace.queue_overflow,
                 "threads": self.worker.n_threads, "submitted": q["submitted"], "dropped": q["dropped"],
                 "budget_skipped": q["budget_skipped"], "critic_rounds_skipped": q["critic_rounds_skipped"],
+                "decisions_not_copied": q["decisions_not_copied"],
                 "lost_on_resume": q["lost_on_resume"], "pending": self.worker.pending, "max_depth": q["max_depth"],
                 "mean_lag_steps": q["lag_steps"] / max(1, q["refined"]), "drain_seconds": self.drain_seconds}
 
@@ -587,10 +616,20 @@ def _keep_lines(path: Any, n: int) -> None:
         path.write_text("".join(lines[:n]))
 
 
-def _set_torch_threads(n: int) -> None:
-    import torch
+def _worker_thread_settings(torch_threads: int, nice: int) -> None:
+    """Run in each worker thread: its own torch threads (thread-local with OpenMP builds: the loop's are not changed)
+    and, on Linux, its own lower scheduling priority (nice is per thread there; elsewhere it would renice the whole
+    process, so it is left alone)."""
+    if torch_threads:
+        import torch
 
-    torch.set_num_threads(n)  # thread-local with OpenMP builds: the loop's threads are not changed
+        torch.set_num_threads(torch_threads)
+    if nice and sys.platform.startswith("linux"):
+        tid = threading.get_native_id()
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
+        except OSError as exc:
+            log.warning("could not lower the LLM worker thread's priority (ace.worker_nice = %d): %s", nice, exc)
 
 
 def _coevo_metrics(entry: dict[str, Any]) -> dict[str, float]:

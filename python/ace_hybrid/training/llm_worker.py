@@ -188,6 +188,11 @@ class LLMWorker:
         return len(self._waiting) + len(self._rounds)
 
     @property
+    def waiting(self) -> int:
+        """Droppable jobs waiting (what ``size`` bounds)."""
+        return len(self._waiting)
+
+    @property
     def pending(self) -> int:
         """Jobs not yet committed: waiting, running, or finished and not collected."""
         with self._cond:
@@ -286,6 +291,7 @@ class InlineWorker:
         return None
 
     depth = 0
+    waiting = 0
 
     @property
     def pending(self) -> int:
