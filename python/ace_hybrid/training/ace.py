@@ -132,7 +132,7 @@ class LLMInLoop:
     # ------------------------------------------------------------------ hooks
 
     def wants_snapshot(self) -> bool:
-        return self.actor is not None and self.budget_left()
+        return self.actor is not None and (not self.actor.ranker.uses_llm or self.budget_left())
 
     def after_store(self, run: Run, p: Pending) -> dict[str, float] | None:
         """Hand a bad transition to the probe set or the actor; returns metrics to log when something happened."""
@@ -141,7 +141,7 @@ class LLMInLoop:
             return None
         keep = False
         try:
-            if not is_bad(p, self.ace) or self.actor is None or not self.budget_left():
+            if not is_bad(p, self.ace) or self.actor is None or (self.actor.ranker.uses_llm and not self.budget_left()):
                 return None
             started = time.perf_counter()
             x = run.normalizer(p.obs)
@@ -150,12 +150,9 @@ class LLMInLoop:
                 self.coevo.add_probe(ProbeProblem(snapshot, p.grid_obs, p.action, q))
                 keep = True
                 return None
-            if self.actor.ranker.uses_llm:  # one call of the budget per round
-                ref = self.actor.refine(snapshot, p.grid_obs, p.action, q_values=q, may_call=self.may_call)
-            elif self.may_call():  # a ranker without the LLM: one unit of the budget per refinement bounds the work
-                ref = self.actor.refine(snapshot, p.grid_obs, p.action, q_values=q)
-            else:
-                return None
+            # One call of the budget per LLM round; a ranker without the LLM (e.g. "sim") is not budgeted: a
+            # refinement costs only its validation rollouts (about 0.2 s).
+            ref = self.actor.refine(snapshot, p.grid_obs, p.action, q_values=q, may_call=self.may_call)
             self._log_refinement(run, p, ref)
             if ref.accepted:
                 r = ref.rollout
