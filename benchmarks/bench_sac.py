@@ -293,10 +293,12 @@ def reference_update(agent: DiscreteSAC, obs: np.ndarray, action: np.ndarray, re
         for online, target in ((self.q1, self.q1_target), (self.q2, self.q2_target)):
             torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), 1.0 - cfg.polyak)
     self._n_updates += 1
-    # The previous update refreshed the acting cache here: the actor's embeddings, transposed and contiguous.
+    # The previous update refreshed the acting cache here: the actor's embeddings, transposed and contiguous
+    # (stored in the current agent's cache layout, so that the next act() uses them as it did then).
     with torch.no_grad():
         emb, bias = self.actor.action_factors()
-        emb.t().contiguous()
+        self._factor_cache["actor"] = [tuple(p._version for p in self.actor.parameters()), emb, bias,
+                                       emb.t().contiguous()]
 
     metrics = {
         "critic_loss": float(critic_loss.detach()),

@@ -437,9 +437,8 @@ class DiscreteSAC:
     def _scores(self, name: str, obs: torch.Tensor) -> torch.Tensor:
         """(B, n) scores of network ``name`` without gradient, for acting (action factors from the cache).
 
-        Acting multiplies by E.T kept contiguous, made once per parameter version: a (1, k) x (k, n) product
-        streams it once, ~5x faster on a CPU than the same product over the row-major E (measured, n = 67,105,
-        k = 64)."""
+        Acting multiplies by E.T made contiguous once per parameter version: a (1, k) x (k, n) product streams it
+        once, ~5x faster on a CPU than the same product over the row-major E (measured, n = 67,105, k = 64)."""
         self._factors(name)
         hit = self._factor_cache[name]
         if hit[3] is None:
@@ -790,7 +789,7 @@ class _Factors(NamedTuple):
     h: torch.Tensor
     """(B, k) state factor."""
     emb: torch.Tensor
-    """(n, k) action factor (any strides; a view of the cached contiguous E.T)."""
+    """(n, k) action factor (row-major; the cached E, or the linear head's weight)."""
     bias: torch.Tensor
     """(n,) per-action bias."""
 
@@ -1013,13 +1012,13 @@ def _sampled_logit_grad(f: torch.Tensor, scale: float) -> torch.Tensor:
 def _policy_gradient(pi: _Factors, st: _Stream, ws: _Workspace,
                      scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients of ``scale * sum_s loss(s)`` with respect to the actor's h (B, k), E (n, k) and bias (n,), from
-    the blocks :func:`_soft_stream` kept (``keep=True``).
+    the blocks a "grad" :func:`_soft_stream` kept.
 
     d loss(s) / d z(s, a) = pi(a|s) (t(a) - sum_b pi(b|s) t(b)) with t = alpha log pi - min Q = -w - alpha log Z,
     i.e. pi(a|s) (E_pi[w] - w(a)) (the log-derivative term sums to zero); 0 at illegal actions, where the stored
-    p is 0. Block j's pi is p_j exp(M_j - M) / S, a per-state factor that is folded into h (for E's gradient)
-    and into the (B, k) partial products (for h's), so each block costs two elementwise passes and two
-    products: ``g_j @ h`` and ``g_j.T @ E_j``."""
+    p is 0. Block j's pi is p_j 2^(M_j - M) / S (base 2, see :class:`_Stream`), a per-state factor that is
+    folded into h (for E's gradient) and into the (B, k) partial products (for h's), so each block costs two
+    elementwise passes and two products: ``g_j @ h`` and ``g_j.T @ E_j``."""
     n, k = pi.emb.shape
     bsz = pi.h.shape[0]
     d_h = torch.zeros(bsz, k, dtype=_DTYPE, device=pi.h.device)
