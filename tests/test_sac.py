@@ -760,3 +760,47 @@ def test_cuda_agent_matches_the_cpu_agent_and_checkpoints_cross_devices(policy_s
     again.load_state_dict(back.state_dict())
     nxt = _batch(rng, 16, d, n)
     np.testing.assert_allclose(again.update(**nxt).td_error, gpu.update(**nxt).td_error, rtol=1e-4, atol=1e-5)
+
+
+# ------------------------------------------------------------------------------------------- imitation
+
+
+@pytest.mark.parametrize("head", ["lowrank", "linear"])
+def test_the_imitation_gradient_is_the_gradient_of_the_cloning_loss(head: str) -> None:
+    from ace_hybrid.sac import _Factors
+
+    rng = np.random.default_rng(11)
+    agent = DiscreteSAC(5, 30, SACConfig(**SMALL, head=head), seed=1)
+    b = agent._batch(**_batch(rng, 16, 5, 30), imitation=np.r_[np.zeros(13), [0.5, 1.0, 2.0]].astype(np.float32))
+    h = torch.randn(16, 6, dtype=torch.float64, requires_grad=True)
+    emb = torch.randn(30, 6, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(30, dtype=torch.float64, requires_grad=True)
+    b = {k: (v.double() if v.is_floating_point() else v) for k, v in b.items()}
+    mask = torch.ones(16, 30, dtype=torch.bool)
+    mask[b["imit_rows"]] = b["imit_mask"]
+    logp = torch.log_softmax((h @ emb.T + bias).masked_fill(~mask, torch.finfo(torch.float64).min), dim=1)
+    w = torch.zeros(16, dtype=torch.float64).index_put_((b["imit_rows"],), b["imit_w"])
+    loss = -(w * logp.gather(1, b["action"][:, None])[:, 0]).sum() / 16
+    loss.backward()
+    d_h, d_emb, d_bias = torch.zeros_like(h), torch.zeros_like(emb), torch.zeros_like(bias)
+    agent._add_imitation(_Factors(h.detach(), emb.detach(), bias.detach()), b, d_h, d_emb, d_bias)
+    assert agent._imitation_loss == pytest.approx(float(loss.detach()), rel=1e-9)
+    for mine, ref in ((d_h, h.grad), (d_emb, emb.grad), (d_bias, bias.grad)):
+        torch.testing.assert_close(mine, ref, rtol=1e-9, atol=1e-12)
+    assert d_h[:13].abs().max() == 0  # rows without weight get nothing
+
+
+@pytest.mark.parametrize("policy_samples", [0, 16])
+def test_imitation_pulls_the_policy_towards_validated_actions(policy_samples: int) -> None:
+    rng = np.random.default_rng(3)
+    agent = DiscreteSAC(4, 40, SACConfig(**SMALL, lr_actor=3e-3, policy_samples=policy_samples), seed=2)
+    batch = _batch(rng, 16, 4, 40, p_legal=1.0)
+    batch["action"][:] = 7
+    batch["reward"][:] = 0.0
+    before = agent.policy_probs(batch["obs"][0], batch["mask"][0])[7]
+    for _ in range(60):
+        result = agent.update(**batch, imitation=np.full(16, 5.0, np.float32))
+    after = agent.policy_probs(batch["obs"][0], batch["mask"][0])[7]
+    assert after > 0.5 > before and "imitation_loss" in result.metrics
+    with pytest.raises(ValueError, match="imitation has a negative entry"):
+        agent.update(**batch, imitation=np.full(16, -1.0, np.float32))

@@ -397,6 +397,7 @@ class DiscreteSAC:
         self._generator = SamplingGenerator(self.seed)
         self._policy_generator = torch.Generator().manual_seed(self.seed ^ _POLICY_STREAM)
         self._n_updates = 0
+        self._imitation_loss: float | None = None
         self._factor_cache: dict[str, list[Any]] = {}  # name -> [key, E, bias, contiguous E.T or None]
         self._workspace: _Workspace | None = None
 
@@ -493,7 +494,7 @@ class DiscreteSAC:
 
     def update(self, obs: np.ndarray, action: np.ndarray, reward: np.ndarray, next_obs: np.ndarray,
                done: np.ndarray, weight: np.ndarray, mask: np.ndarray, next_mask: np.ndarray,
-               steps: np.ndarray | None = None) -> UpdateResult:
+               steps: np.ndarray | None = None, imitation: np.ndarray | None = None) -> UpdateResult:
         """One gradient step of the critics, the actor and the temperature, then the Polyak target update.
 
         Parameters
@@ -513,6 +514,10 @@ class DiscreteSAC:
         steps : numpy.ndarray, (B,) integer, optional
             Environment steps k >= 1 spanned by each transition: the bootstrap is discounted by gamma**k.
             None: 1 everywhere.
+        imitation : numpy.ndarray, (B,) float32, optional
+            Weights w_i >= 0 of an auxiliary behaviour-cloning term added to the actor's loss,
+            ``(1/B) sum_i w_i (-log pi(a_i | s_i))``: rows whose action was validated (an expert's or an
+            accepted LLM refinement) pull the policy towards it. None or all zero: the plain SAC actor loss.
 
         Returns
         -------
@@ -524,7 +529,7 @@ class DiscreteSAC:
         ValueError
             A shape, dtype or value problem, naming the argument (e.g. an ``action`` masked in ``mask``).
         """
-        b = self._batch(obs, action, reward, next_obs, done, weight, mask, next_mask, steps)
+        b = self._batch(obs, action, reward, next_obs, done, weight, mask, next_mask, steps, imitation)
         alpha = float(self.log_alpha.detach().exp())
         ws = self._workspace_for(b["obs"].shape[0])
         # The actor's action factors with their graph (cached since acting, or made now): both passes use their
@@ -548,7 +553,29 @@ class DiscreteSAC:
             "q_mean": float(q_a.mean()), "target_mean": float(y.mean()), "td_abs_mean": float(td.mean()),
             "grad_norm_critic": float(gn_critic), "grad_norm_actor": float(gn_actor),
         }
+        if self._imitation_loss is not None:
+            metrics["imitation_loss"] = self._imitation_loss
         return UpdateResult(td.cpu().numpy().astype(np.float32, copy=False), metrics)
+
+    def _add_imitation(self, pi: _Factors, b: dict[str, torch.Tensor], d_h: torch.Tensor, d_emb: torch.Tensor,
+                       d_bias: torch.Tensor) -> None:
+        """Add the gradient of ``(1/B) sum_i w_i (-log pi(a_i | s_i))`` over the imitation rows to the actor's logit
+        gradients, in place (dense over the few weighted rows only: m x n for m rows); keeps its value for the
+        metrics."""
+        rows = b["imit_rows"]
+        if rows.numel() == 0:
+            self._imitation_loss = None
+            return
+        h = pi.h.index_select(0, rows)
+        z = (h @ pi.emb.T + pi.bias).masked_fill(~b["imit_mask"], _MASKED)
+        logp = torch.log_softmax(z, dim=1)
+        a, w = b["action"].index_select(0, rows), b["imit_w"] / b["obs"].shape[0]
+        self._imitation_loss = float(-(w * logp.gather(1, a[:, None])[:, 0]).sum())
+        g = logp.exp() * w[:, None]  # d/dz of w (log Z - z_a) = w (pi - onehot(a))
+        g[torch.arange(rows.numel(), device=g.device), a] -= w
+        d_h.index_add_(0, rows, g @ pi.emb)
+        d_emb.add_(g.T @ h)
+        d_bias.add_(g.sum(0))
 
     def _workspace_for(self, bsz: int) -> _Workspace:
         if self._workspace is None or self._workspace.bsz != bsz:
@@ -600,6 +627,7 @@ class DiscreteSAC:
             loss = (-st.mean_w - alpha * st.log_z).mean()
             entropy = st.log_z - st.mean_z
             d_h, d_emb, d_bias = _policy_gradient(pi, st, ws, 1.0 / obs.shape[0])
+            self._add_imitation(pi, b, d_h, d_emb, d_bias)
         self.actor_opt.zero_grad(set_to_none=True)
         torch.autograd.backward([h, emb, bias], [d_h, d_emb, d_bias])
         norm = torch.nn.utils.clip_grad_norm_(self.actor.parameters(), self.cfg.grad_clip)
@@ -634,6 +662,7 @@ class DiscreteSAC:
             d_h = torch.bmm(coef[:, None, :], emb_a)[:, 0]
             d_emb = torch.zeros_like(pi.emb).index_add_(0, flat, (coef[:, :, None] * pi.h[:, None, :]).flatten(0, 1))
             d_bias = torch.zeros_like(pi.bias).index_add_(0, flat, coef.reshape(-1))
+            self._add_imitation(pi, b, d_h, d_emb, d_bias)
         self.actor_opt.zero_grad(set_to_none=True)
         torch.autograd.backward([h, emb, bias], [d_h, d_emb, d_bias])
         norm = torch.nn.utils.clip_grad_norm_(self.actor.parameters(), self.cfg.grad_clip)
@@ -651,7 +680,7 @@ class DiscreteSAC:
         return loss.detach()
 
     def _batch(self, obs: Any, action: Any, reward: Any, next_obs: Any, done: Any, weight: Any, mask: Any,
-               next_mask: Any, steps: Any) -> dict[str, torch.Tensor]:
+               next_mask: Any, steps: Any, imitation: Any = None) -> dict[str, torch.Tensor]:
         """Checks an update's arguments and returns them as tensors on the agent's device (no copy on a CPU
         where possible); the masks packed by :func:`_pack_mask`."""
         o = _float_array(obs, "obs", (-1, self.obs_dim))
@@ -692,8 +721,13 @@ class DiscreteSAC:
             if (k < 1).any():
                 raise ValueError(f"steps has an entry {int(k.min())} out of range [1, inf)")
             k = k.astype(np.float32)
+        iw = np.zeros(bsz, np.float32) if imitation is None else _float_array(imitation, "imitation", (bsz,))
+        if (iw < 0).any():
+            raise ValueError(f"imitation has a negative entry ({float(iw.min())}): expected values in [0, inf)")
+        rows = np.flatnonzero(iw > 0)
         arrays = {"obs": o, "next_obs": no, "reward": r, "weight": w, "done": d, "mask": packed,
-                  "next_mask": next_packed, "action": a, "steps": k, "n_legal": _count_legal(packed, m)}
+                  "next_mask": next_packed, "action": a, "steps": k, "n_legal": _count_legal(packed, m),
+                  "imit_rows": rows.astype(np.int64), "imit_w": iw[rows], "imit_mask": m[rows]}
         return {name: torch.from_numpy(x).to(self.device) for name, x in arrays.items()}
 
     # ---------------------------------------------------------------------------------- checkpoints
