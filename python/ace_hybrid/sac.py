@@ -557,6 +557,14 @@ class DiscreteSAC:
             metrics["imitation_loss"] = self._imitation_loss
         return UpdateResult(td.cpu().numpy().astype(np.float32, copy=False), metrics)
 
+    def _apply_actor_gradient(self, tensors: list[torch.Tensor], grads: list[torch.Tensor]) -> torch.Tensor:
+        """Back-propagate the hand-made gradients of the actor's factors, clip, step; returns the gradient norm."""
+        self.actor_opt.zero_grad(set_to_none=True)
+        torch.autograd.backward(tensors, grads)
+        norm = torch.nn.utils.clip_grad_norm_(self.actor.parameters(), self.cfg.grad_clip)
+        self.actor_opt.step()
+        return norm
+
     def _add_imitation(self, pi: _Factors, b: dict[str, torch.Tensor], d_h: torch.Tensor, d_emb: torch.Tensor,
                        d_bias: torch.Tensor) -> None:
         """Add the gradient of ``(1/B) sum_i w_i (-log pi(a_i | s_i))`` over the imitation rows to the actor's logit
@@ -628,11 +636,7 @@ class DiscreteSAC:
             entropy = st.log_z - st.mean_z
             d_h, d_emb, d_bias = _policy_gradient(pi, st, ws, 1.0 / obs.shape[0])
             self._add_imitation(pi, b, d_h, d_emb, d_bias)
-        self.actor_opt.zero_grad(set_to_none=True)
-        torch.autograd.backward([h, emb, bias], [d_h, d_emb, d_bias])
-        norm = torch.nn.utils.clip_grad_norm_(self.actor.parameters(), self.cfg.grad_clip)
-        self.actor_opt.step()
-        return loss, entropy, norm
+        return loss, entropy, self._apply_actor_gradient([h, emb, bias], [d_h, d_emb, d_bias])
 
     def _actor_step_sampled(self, b: dict[str, torch.Tensor], alpha: float, ws: _Workspace, emb: torch.Tensor,
                             bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -663,11 +667,7 @@ class DiscreteSAC:
             d_emb = torch.zeros_like(pi.emb).index_add_(0, flat, (coef[:, :, None] * pi.h[:, None, :]).flatten(0, 1))
             d_bias = torch.zeros_like(pi.bias).index_add_(0, flat, coef.reshape(-1))
             self._add_imitation(pi, b, d_h, d_emb, d_bias)
-        self.actor_opt.zero_grad(set_to_none=True)
-        torch.autograd.backward([h, emb, bias], [d_h, d_emb, d_bias])
-        norm = torch.nn.utils.clip_grad_norm_(self.actor.parameters(), self.cfg.grad_clip)
-        self.actor_opt.step()
-        return loss, entropy, norm
+        return loss, entropy, self._apply_actor_gradient([h, emb, bias], [d_h, d_emb, d_bias])
 
     def _alpha_step(self, entropy: torch.Tensor, target_entropy: torch.Tensor) -> torch.Tensor:
         """d loss / d log_alpha = H(s) - target(s): alpha falls while the entropy is above its target and
