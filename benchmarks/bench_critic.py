@@ -46,9 +46,10 @@ with a 95% percentile-bootstrap interval clustered by trajectory (whole trajecto
 steps together). A rater whose ratings are all equal has no rank correlation: it is reported as undefined, and so
 is an interval when more than 2.5% of the resamples are constant. Raters: ``llm`` (the critic with each
 ``--backend``: ``smollm2`` embedded, ``transformers:/path/to/model``, ``openai:URL#MODEL``), and two rule "backends"
-that answer the critic's very prompts (same steps asked about, same text): ``hindsight`` reads the rewards the
-trajectory text shows after the step and rates by their discounted sum (the cheapest strong heuristic: what a
-careful reader of T_tau could do), ``random`` rates uniformly at random (seeded).
+that answer the critic's very prompts (same steps asked about, same text): ``hindsight`` reads the summed reward of
+the later decisions that the prompt states and rates by it (the cheapest strong heuristic: what a careful reader of
+the prompt could do), ``random`` rates uniformly at random (seeded). Seconds per call: wall-clock time of the
+critic's calls about one trajectory over their number (one call per judged decision).
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ def _greedy(obs: Any, catalog: Any) -> int:
     return best
 
 
-def build_trajectories(env_name: str, n: int, seed: int, gamma: float, out_dir: Path) -> dict[str, Any]:
+def build_trajectories(env_name: str, n: int, seed: int, out_dir: Path) -> dict[str, Any]:
     """Play the fixed policy on ``env_name`` until ``n`` stored trajectories are ones the critic would judge.
 
     Writes ``out_dir/critic_<env_name>.bin.gz`` (the replay, gzipped) and returns the grid's manifest entry.
@@ -103,12 +104,16 @@ def build_trajectories(env_name: str, n: int, seed: int, gamma: float, out_dir: 
     from ace_hybrid.grid.features import ObservationFeatures
     from ace_hybrid.grid.reward import step_reward
     from ace_hybrid.grid.rules import SafeRule, in_danger
+    from ace_hybrid.llm.critic import ValueCritic
     from ace_hybrid.replay import MixedReplayBuffer
     from tqdm.auto import tqdm
 
     env = make_env(env_name, seed=0)
     catalog, features = ActionCatalog.for_env(env), ObservationFeatures(env)
-    rule, reward_cfg, r_key = SafeRule(env.action_space, threshold=THRESHOLD), RewardConfig(), ACEConfig().r_key
+    rule, reward_cfg = SafeRule(env.action_space, threshold=THRESHOLD), RewardConfig()
+    # The critic's own selection (finished, two decisions or more, a key transition) says which episodes count.
+    selector = ValueCritic(None, ACEConfig(critic_trajectories=1000), describe_action=str,  # type: ignore[arg-type]
+                           max_rho=lambda raw: raw.max(1))
     rng = np.random.default_rng([seed, ENVS.index(env_name) if env_name in ENVS else len(ENVS)])
     replay = MixedReplayBuffer(features.dim, RL_CAPACITY, 1, seed=seed)
     episodes: list[dict[str, Any]] = []
@@ -142,7 +147,8 @@ def build_trajectories(env_name: str, n: int, seed: int, gamma: float, out_dir: 
         if pending is not None:
             replay.add_rl(pending[0], pending[1], rewards[-1], features(obs), blackout, not blackout, k,
                           len(rewards) - 1)
-            judged = bool(np.any(np.abs(np.float32(rewards)) > r_key))
+            columns = replay.rl_columns()
+            judged = any(int(columns["episode"][rows[0]]) == k for rows in selector.select(columns))
             episodes.append({"episode": k, "scenario": scenario, "seed": ep_seed, "decisions": len(rewards),
                              "blackout": blackout, "kinds": [KINDS[i] for i in kinds], "judged": judged})
         k += 1
@@ -172,7 +178,7 @@ def load_trajectories(path: Path, per_env: int, seed: int, rebuild: bool, envs: 
     data = {"format": FORMAT, "threshold": THRESHOLD, "gamma": gamma, "seed": seed,
             "policy": "per decision, uniformly: do nothing | a random legal catalog action | greedy (do nothing and "
                       f"the catalog shortlist, {GREEDY_BUDGET} simulated, lowest max rho)",
-            "grids": {e: build_trajectories(e, per_env, seed, gamma, path.parent) for e in envs}}
+            "grids": {e: build_trajectories(e, per_env, seed, path.parent) for e in envs}}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=1))
     return data
@@ -230,46 +236,42 @@ def discounted_after(rewards: Sequence[float], gamma: float) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- raters
 
-_SHOWN_LINE = re.compile(r"^\[(\d+)\] step \d+: .* -> ([+-]\d+\.\d+), \d+%$", re.MULTILINE)
-_ASKED = re.compile(r"Decision \[(\d+)\]")
+_FOLLOWED = re.compile(r"What followed: \d+ more decisions? earning ([+-]\d+\.\d+) in total")
 
 
 class RuleBackend:
-    """A rule that answers the critic's prompts through the backend protocol (only what the critic calls).
+    """A rule that answers the critic's prompts through the backend protocol (what score mode calls).
 
-    ``hindsight``: the discounted sum of the rewards the trajectory text shows after the asked step, rated -2K below
-    -0.5, -K below 0, +K below 0.5, +2K above. ``random``: uniform over the options (seeded).
+    The critic asks about one decision with three prompts (what really followed, and its best and worst anchors) and
+    reads good/bad label log-probabilities; a rule answers by placing the real outcome in the quarter of the
+    anchors' range that gives its rating. ``hindsight``: by the summed reward of the later decisions that the prompt
+    states, -2K below -0.5, -K below 0, +K below 0.5, +2K above. ``random``: uniform over the options (seeded).
     """
 
     supports_finetune = False
 
-    def __init__(self, rule: str, gamma: float, seed: int = 0) -> None:
+    def __init__(self, rule: str, seed: int = 0) -> None:
         if rule not in ("hindsight", "random"):
             raise ValueError(f"rule = {rule!r}: expected 'hindsight' or 'random'")
-        self.name, self.rule, self.gamma = rule, rule, gamma
+        self.name = self.rule = rule
         self.rng = np.random.default_rng(seed)
         self.stats = {"calls": 0}
 
     def _choice(self, text: str) -> int:
         if self.rule == "random":
             return int(self.rng.integers(4))
-        asked = int(_ASKED.findall(text)[-1])
-        later = [(int(i), float(r)) for i, r in _SHOWN_LINE.findall(text) if int(i) > asked]
-        value = sum(self.gamma ** (i - asked) * r for i, r in later)
-        return int(np.searchsorted([-0.5, 0.0, 0.5], value, side="right"))
+        total = float(_FOLLOWED.findall(text)[0])
+        return int(np.searchsorted([-0.5, 0.0, 0.5], total, side="right"))
 
-    def score_candidates(self, prompt: Any, candidates: Sequence[str], *, reduction: str = "sum") -> Any:
-        from ace_hybrid.llm.backend import CandidateScores
-
+    def next_token_logprobs_many(self, prompts: Sequence[Any], tokens: Sequence[str]) -> np.ndarray:
+        """(3, 4): margins good - bad of -1 (worst anchor), +1 (best anchor) and the chosen quarter's centre."""
         self.stats["calls"] += 1
-        want = OPTION_ORDER[self._choice(prompt[-1]["content"])]
-        lp = np.array([0.0 if c == want else -5.0 for c in candidates])
-        return CandidateScores(lp, np.ones(len(candidates), dtype=np.int64), "rule", reduction)
-
-    def next_token_logprobs(self, prompt: Any, tokens: Sequence[str]) -> np.ndarray:
-        self.stats["calls"] += 1
-        want = self._choice(prompt[-1]["content"])
-        return np.array([0.0 if i == want else -5.0 for i in range(len(tokens))])
+        q = (0.125, 0.375, 0.625, 0.875)[self._choice(prompts[0][-1]["content"])]
+        margins = np.array([-1.0 + 2.0 * q, 1.0, -1.0])
+        half = len(tokens) // 2  # the critic asks for the good tokens, then as many bad ones
+        out = np.full((len(prompts), len(tokens)), -50.0)
+        out[:, 0], out[:, half] = margins / 2, -margins / 2
+        return out
 
 
 def rate(name: str, backend: Any, trajectories: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -419,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
                 results[f"llm ({spec})"] = rate(spec, backend, trajectories)
                 del backend
         else:
-            results[rater] = rate(rater, RuleBackend(rater, float(data["gamma"]), args.seed), trajectories)
+            results[rater] = rate(rater, RuleBackend(rater, args.seed), trajectories)
     cmd = "PYTHONPATH=python python benchmarks/bench_critic.py " + " ".join(argv if argv is not None else sys.argv[1:])
     text = "\n".join(["### The value critic's ratings against what happened next", "",
                       f"Command: `{cmd.strip()}` (torch threads 1)", "",
