@@ -308,7 +308,7 @@ def _llm_fixtures():
 
 def test_llm_rows_with_a_tiny_real_model_fill_the_llm_columns(tmp_path: Path) -> None:
     model = _llm_fixtures().build_tiny_model(tmp_path / "tiny_lm")
-    ace_set = ["llm.backend=transformers", f"llm.model_path={model}", "ace.critic=false", "ace.r_bar=0.3",
+    ace_set = ["llm.backend=transformers", f"llm.model_path={model}", "ace.critic=false", "ace.r_bar=0.3", "ace.ranker=llm",
                "ace.finetune_every=4", "ace.finetune_pairs=4", "ace.probe_size=2", "ace.validation_steps=6",
                "ace.max_llm_calls=20", "ace.candidates=4", "ace.max_rounds=2"]
     path = write_experiment(tmp_path / "ace.toml", steps=80, seeds="[0]", extra=f"ace_set = {json.dumps(ace_set)}",

@@ -84,8 +84,8 @@ def setting(make_grid_env):
 
 
 def _actor(backend, catalog, env, cfg, **kw) -> PolicyActor:
-    # Acceptance by reward only (min_rho_drop out of reach): these tests are about the reward margin and the rounds;
-    # the loading rule has its own test.
+    # Acceptance by reward only (min_rho_drop out of reach) unless a test sets it: most tests are about the reward
+    # margin and the rounds; the loading rule has its own test.
     kw = {"threshold": 0.5, "candidates": 4, "max_rounds": 5, "validation_steps": 8, "min_rho_drop": 1e6, **kw}
     return PolicyActor(backend, catalog, LineEndpoints.from_env(env), reward_fn=_reward(cfg), **kw)
 
@@ -172,7 +172,8 @@ def test_an_improvement_below_the_margin_is_rejected(setting) -> None:
                           max_steps=8).reward)
         assert gain > 0
         for margin, accepted in [(gain * 1.01, False), (gain * 0.99, True)]:
-            actor = _actor(ScriptedBackend(), catalog, env, cfg, ranker="sim", min_improvement=margin)
+            actor = _actor(ScriptedBackend(), catalog, env, cfg, ranker="sim", min_improvement=margin,
+                           min_rho_drop=1e6)
             ref = actor.refine(snapshot, obs, cut, shortlist=[0])
             assert ref.accepted is accepted and ref.rounds == 1 and ref.calls == 0  # "sim" asks no LLM
             if accepted:
@@ -181,13 +182,34 @@ def test_an_improvement_below_the_margin_is_rejected(setting) -> None:
         snapshot.close()
 
 
+def test_acceptance_needs_more_reward_or_a_lower_loading_and_no_new_blackout(setting) -> None:
+    from types import SimpleNamespace
+
+    from ace_hybrid.llm.actor import Rollout
+
+    env, _, catalog, cfg = setting
+    actor = _actor(ScriptedBackend(), catalog, env, cfg, min_improvement=0.01, min_rho_drop=0.05)
+
+    def seg(reward: float, rho: float, blackout: bool = False) -> Rollout:
+        return Rollout(reward, SimpleNamespace(rho=np.array([rho, 0.1])), blackout, False, 1)
+
+    base = seg(0.010, 1.00)
+    assert actor.better(seg(0.021, 1.00), base)  # one more step's reward
+    assert not actor.better(seg(0.015, 1.00), base)  # less than the reward margin, same loading
+    assert actor.better(seg(0.010, 0.94), base)  # same reward, loading 6 points lower
+    assert not actor.better(seg(0.010, 0.97), base)  # loading only 3 points lower
+    assert not actor.better(seg(0.009, 0.50), base)  # lower reward: a lower loading does not make up for it
+    assert not actor.better(seg(0.5, 0.5, blackout=True), base)  # a blackout the RL action avoided, never
+    assert actor.better(seg(-0.5, 0.0, blackout=True), seg(-1.0, 0.0, blackout=True))  # later collapse: more reward
+
+
 @pytest.mark.parametrize("ranker", ["sim", "q", "random"])
 def test_baseline_rankers_choose_without_the_llm(setting, ranker) -> None:
     env, obs, catalog, cfg = setting
     snapshot = env.copy()
     try:
         backend = ScriptedBackend(fail=True)  # would raise if asked
-        actor = _actor(backend, catalog, env, cfg, ranker=ranker, candidates=6, min_improvement=1e6, max_rounds=2)
+        actor = _actor(backend, catalog, env, cfg, ranker=ranker, candidates=6, min_improvement=1e6, min_rho_drop=1e6, max_rounds=2)
         mask = catalog.legal_mask(obs)
         q = np.where(mask, np.arange(len(catalog), dtype=np.float32), -np.inf)
         cands = actor.candidates(obs, q, rl_action=0)
@@ -204,32 +226,13 @@ def test_baseline_rankers_choose_without_the_llm(setting, ranker) -> None:
         snapshot.close()
 
 
-def test_a_lower_loading_at_no_lower_reward_is_accepted_but_never_a_new_blackout(setting) -> None:
-    from types import SimpleNamespace
-
-    from ace_hybrid.llm.actor import Rollout
-
-    env, obs, catalog, cfg = setting
-    actor = _actor(ScriptedBackend(), catalog, env, cfg, min_improvement=0.01, min_rho_drop=0.05)
-
-    def seg(reward: float, rho: float, blackout: bool = False) -> Rollout:
-        return Rollout(reward, SimpleNamespace(rho=np.array([rho, 0.1])), blackout, False, 3)
-
-    base = seg(0.02, 0.98)
-    assert actor.better(seg(0.02, 0.92), base)  # same reward, loading 6 points lower
-    assert not actor.better(seg(0.02, 0.95), base)  # 3 points: below min_rho_drop
-    assert not actor.better(seg(0.019, 0.50), base)  # lower reward: the loading does not count
-    assert actor.better(seg(0.031, 0.99), base)  # the reward margin alone
-    assert not actor.better(seg(0.5, 0.10, blackout=True), base)  # a blackout the RL action avoided, never
-
-
 def test_proposals_no_better_than_the_rl_action_are_never_accepted(setting) -> None:
     env, obs, catalog, cfg = setting
     snapshot = env.copy()
     try:
         # min_improvement so large that nothing can pass: every round fails, at most max_rounds are asked.
         backend = ScriptedBackend()
-        actor = _actor(backend, catalog, env, cfg, max_rounds=3, min_improvement=1e6)
+        actor = _actor(backend, catalog, env, cfg, max_rounds=3, min_improvement=1e6, min_rho_drop=1e6)
         ref = actor.refine(snapshot, obs, 0)
         assert not ref.accepted and ref.rounds == 3 and len(backend.prompts) == 3 and ref.action is None
         assert actor.stats.accepted == 0 and actor.stats.bad_transitions == 1
@@ -242,7 +245,7 @@ def test_budget_and_llm_errors_end_a_refinement_without_raising(setting) -> None
     snapshot = env.copy()
     try:
         backend = ScriptedBackend()
-        actor = _actor(backend, catalog, env, cfg, min_improvement=1e6)
+        actor = _actor(backend, catalog, env, cfg, min_improvement=1e6, min_rho_drop=1e6)
         calls = iter([True, True, False])
         ref = actor.refine(snapshot, obs, 0, may_call=lambda: next(calls))
         assert ref.rounds == 2 and not ref.accepted
@@ -270,7 +273,7 @@ TINY = [
     "llm.backend=transformers", "ace.r_bar=0.3", "ace.critic_start=0", "ace.critic_every=1",
     "ace.finetune_every=4", "ace.finetune_pairs=4", "ace.probe_size=2", "ace.validation_steps=6",
     "ace.max_llm_calls=40", "ace.pace_budget=false", "ace.candidates=4", "ace.max_rounds=2", "ace.r_key=0.0",
-    "ace.critic_trajectories=1",
+    "ace.critic_trajectories=1", "ace.ranker=llm",
 ]
 
 

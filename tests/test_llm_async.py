@@ -11,6 +11,7 @@ import pathlib
 import sys
 import threading
 import time
+from types import SimpleNamespace
 from typing import Any
 
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -247,7 +248,7 @@ from ace_hybrid.training.loop import _open, train, train_episode
 TINY = [
     *tiny_settings.TINY, "env.eval_max_steps=10", "env.max_episode_steps=25", "replay.llm_capacity=200",
     "train.checkpoint_every=100000", "train.eval_every=0", "log.tensorboard=false",
-    "llm.backend=transformers", "ace.r_bar=0.3", "ace.critic_start=0", "ace.critic_every=1", "ace.r_key=0.0",
+    "llm.backend=transformers", "ace.ranker=llm", "ace.r_bar=0.3", "ace.critic_start=0", "ace.critic_every=1", "ace.r_key=0.0",
     "ace.critic_trajectories=1", "ace.validation_steps=6", "ace.candidates=4", "ace.max_rounds=2",
     "ace.pace_budget=false", "ace.min_improvement=0.0", "ace.min_rho_drop=0.0",
 ]
@@ -314,7 +315,8 @@ def test_skip_makes_no_copy_while_the_queue_is_full_and_counts_a_bad_transition_
 
     llm = object.__new__(LLMInLoop)  # the hooks' state only: no backend, no environment
     llm.ace = load_config(None, ["llm.backend=smollm2", "ace.queue_size=1", "ace.queue_overflow=skip"]).ace
-    llm.actor, llm.coevo, llm._held_probes, llm._not_copied = object(), None, [], False
+    llm.actor = SimpleNamespace(ranker=SimpleNamespace(uses_llm=True))
+    llm.coevo, llm._held_probes, llm._not_copied = None, [], False
     llm.budget_left = lambda role="actor": True
     llm.queue = dict.fromkeys(_QUEUE_COUNTERS, 0)
     llm.worker = LLMWorker(1, "skip")
@@ -358,7 +360,8 @@ def test_the_loop_keeps_stepping_while_one_worker_thread_owns_the_backend(tiny_l
     assert llm["finetunes"] >= 1 and llm["probe_calls"] >= 1 and llm["critic"]["rounds"] >= 1
     # One thread owns the backend: every call, scoring and fine-tuning alike, came from the same worker thread.
     assert set().union(*slow_backend.values()) == {"ace-llm-0"}
-    assert {"next_token_logprobs", "score_candidates", "finetune"} <= set(slow_backend)
+    # The actor's letters, the critic's per-decision prompts (one batched call each), LoRA fine-tuning.
+    assert {"next_token_logprobs", "next_token_logprobs_many", "finetune"} <= set(slow_backend)
     metrics = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     dropped = [m["llm/queue_dropped"] for m in metrics if "llm/queue_dropped" in m]
     assert dropped and dropped == sorted(dropped) and dropped[-1] <= queue["dropped"]

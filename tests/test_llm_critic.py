@@ -14,8 +14,16 @@ import numpy as np
 import pytest
 from ace_hybrid.config import ACEConfig
 from ace_hybrid.grid.text import TrajectoryStep
-from ace_hybrid.llm.backend import CandidateScores, Generation, LLMError
-from ace_hybrid.llm.critic import OPTIONS, CriticReport, ValueCritic, parse_adjustments
+from ace_hybrid.llm.backend import Generation, LLMError
+from ace_hybrid.llm.critic import (
+    ANCHOR_BANDS,
+    OPTIONS,
+    CriticReport,
+    ValueCritic,
+    critic_step_prompt,
+    parse_adjustments,
+    what_followed,
+)
 from ace_hybrid.replay import MixedReplayBuffer
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -89,7 +97,8 @@ def _always() -> bool:
 
 
 class ScriptedCritic:
-    """A test backend: in score mode it prefers ``prefer[i]`` (default ``default``) for decision [i]; in generate
+    """A test backend: in score mode it answers ``prefer[i]`` (default ``default``) for decision [i], by placing the
+    real outcome's good/bad margin in that option's quarter between the anchors' (worst -1, best +1); in generate
     mode it returns the scripted answers in turn. An LLMError in a script is raised instead of answered."""
 
     name = "scripted"
@@ -105,6 +114,7 @@ class ScriptedCritic:
         self.calls = 0
         self.prompts: list[str] = []
         self.systems: list[str] = []
+        self.anchors: list[tuple[str, str]] = []
 
     def _enter(self, prompt) -> None:
         self.calls += 1
@@ -115,12 +125,13 @@ class ScriptedCritic:
         if self.calls in self.fail_calls:
             raise LLMError("scripted failure", backend=self.name, kind="timeout")
 
-    def score_candidates(self, prompt, candidates, *, reduction="sum"):
-        self._enter(prompt)
-        step = int(re.search(r"Decision \[(\d+)\]", prompt[-1]["content"]).group(1))
-        want = self.prefer.get(step, self.default)
-        lp = np.array([-0.1 if c == want else -3.0 for c in candidates])
-        return CandidateScores(lp, np.ones(len(candidates), np.int64), "scripted", reduction)
+    def next_token_logprobs_many(self, prompts, tokens):
+        assert len(prompts) == 3 and list(tokens) == ["good", "Good", "bad", "Bad"]
+        self._enter(prompts[0])
+        self.anchors.append((prompts[1][-1]["content"], prompts[2][-1]["content"]))
+        step = int(re.search(r"Decision \[(\d+)\]", prompts[0][-1]["content"]).group(1))
+        q = {"-2K": 0.1, "-K": 0.4, "+K": 0.6, "+2K": 0.9}[self.prefer.get(step, self.default)]
+        return _label_logprobs([-1.0 + 2.0 * q, 1.0, -1.0])
 
     def generate(self, prompt, **kwargs):
         self._enter(prompt)
@@ -128,6 +139,14 @@ class ScriptedCritic:
         if isinstance(answer, LLMError):
             raise answer
         return Generation(answer, 10, 5, "stop")
+
+
+def _label_logprobs(margins: Sequence[float]) -> np.ndarray:
+    """(len(margins), 4) log-probabilities of good, Good, bad, Bad with log P(good|Good) - log P(bad|Bad) = margin."""
+    out = np.full((len(margins), 4), -30.0)
+    out[:, 0] = np.log(0.4) + np.asarray(margins) / 2
+    out[:, 2] = np.log(0.4) - np.asarray(margins) / 2
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- selection
@@ -146,6 +165,13 @@ def test_selection_alternates_lowest_and_highest_return_among_finished_key_traje
     assert [int(columns["episode"][r[0]]) for r in two] == [10, 12]
     one = _critic(ScriptedCritic(), critic_trajectories=1).select(columns)
     assert [int(columns["episode"][r[0]]) for r in one] == [10]
+
+
+def test_a_lone_decision_is_never_selected() -> None:
+    buf = _buffer({10: ([-1.0], "done"), 12: EPISODES[12], 13: ([0.9], "truncated")})
+    columns = buf.rl_columns()
+    picks = _critic(ScriptedCritic(), critic_trajectories=10).select(columns)
+    assert [int(columns["episode"][r[0]]) for r in picks] == [12]  # no predecessor to blame, no successor to judge
 
 
 def test_selection_groups_interleaved_episodes_by_step() -> None:
@@ -288,16 +314,16 @@ def test_shaping_adds_bounded_adjustments_to_original_rewards_without_compoundin
     critic = _critic(backend, critic_trajectories=2, critic_k=0.02, critic_max_total=0.05)
     report = critic.run(buf, may_call=_always)
     after = _rewards_by_episode(buf)
-    # Episode 10 (3 steps) and 12 (3 steps): every step is shown and asked about (cap 4).
-    assert report.trajectories == 2 and report.calls == 6 and report.adjusted_steps == 6
+    # Episode 10 (3 steps) and 12 (3 steps): every step but the last is asked about (cap 4).
+    assert report.trajectories == 2 and report.calls == 4 and report.adjusted_steps == 4
     assert report.malformed == report.errors == report.stale == 0 and not report.stopped
-    raw = np.array([0.04, -0.04, -0.02])  # +2K, -2K, -K; sum |a| = 0.10 > 0.05: scaled by 1/2
-    expected = raw * 0.05 / 0.10
+    raw = np.array([0.04, -0.04, 0.0])  # +2K, -2K, the last unchanged; sum |a| = 0.08 > 0.05: scaled by 5/8
+    expected = raw * 0.05 / 0.08
     for ep in (10, 12):
         np.testing.assert_allclose(after[ep][0], before[ep][1] + expected, atol=1e-6)
         np.testing.assert_array_equal(after[ep][1], before[ep][1])  # original rewards kept
         assert np.abs(after[ep][0] - after[ep][1]).sum() <= 0.05 + 1e-6
-    assert report.total_abs_adjustment == pytest.approx(0.10)
+    assert report.total_abs_adjustment == pytest.approx(0.10)  # 2 x 0.05 (the bound)
     for ep in (11, 13, 14, 15):
         np.testing.assert_array_equal(after[ep][0], before[ep][0])
     # A critic that forgot its state judges the same episodes again: the result is the same, not doubled.
@@ -307,16 +333,81 @@ def test_shaping_adds_bounded_adjustments_to_original_rewards_without_compoundin
         np.testing.assert_allclose(_rewards_by_episode(buf)[ep][0], after[ep][0], atol=1e-7)
 
 
-def test_score_mode_asks_about_the_most_important_steps_first() -> None:
+def test_score_mode_asks_about_the_most_important_steps_but_never_the_last() -> None:
     rewards = [0.05] * 9 + [-1.0]
     buf = _buffer({7: (rewards, "done")})
     backend = ScriptedCritic()
     report = _critic(backend, critic_trajectories=1).run(buf, may_call=_always)
     asked = [int(re.search(r"Decision \[(\d+)\]", p).group(1)) for p in backend.prompts]
-    # The blackout step ranks first (|reward| and the largest rho change), then the steps in time order.
-    assert asked == [9, 1, 2, 3] and report.adjusted_steps == 4
+    # The blackout step (9) would rank first, but its own reward holds its outcome; then the steps in time order
+    # (rho rises by 1/8 at each, from step 1).
+    assert asked == [1, 2, 3, 4] and report.adjusted_steps == 4
     assert all("power grid operator" in system for system in backend.systems)  # the domain prefix P_r
-    assert "the grid collapsed at the end" in backend.prompts[0]
+    assert "What followed: 8 more decisions earning -0.65 in total" in backend.prompts[0]
+    assert backend.prompts[0].endswith("the grid collapsed 8 decisions later.\n\n" + _QUESTION)
+    best, worst = backend.anchors[0]
+    assert "8 more decisions earning +1.08 in total, highest loading 80%; the grid survived to the end." in best
+    assert "1 more decision earning -1.00 in total, highest loading 120%; the grid collapsed 1 decision later." in worst
+    for anchor in (best, worst):  # the anchors differ from the real prompt only in what followed
+        assert anchor.split("\n")[0] == backend.prompts[0].split("\n")[0] and anchor.endswith(_QUESTION)
+
+
+_QUESTION = "Looking at what followed, was this decision good or bad? Answer good or bad."
+
+
+class _Margins:
+    """A backend answering every step with fixed good/bad margins for (real, best, worst)."""
+
+    name = "margins"
+
+    def __init__(self, margins: Sequence[float]) -> None:
+        self.margins = margins
+
+    def next_token_logprobs_many(self, prompts, tokens):
+        return _label_logprobs(self.margins)
+
+
+@pytest.mark.parametrize(("real", "units"), [(-3.0, -2), (-0.6, -2), (-0.4, -1), (0.1, 1), (0.6, 2), (5.0, 2)])
+def test_the_real_outcome_is_rated_by_its_place_between_the_anchors(real: float, units: int) -> None:
+    steps = [TrajectoryStep(0, "do nothing", 0.01, 0.95), TrajectoryStep(1, "do nothing", -1.0, 1.3)]
+    # Anchors at worst -1 and best +1: q = (real + 1) / 2, quarters at q = 1/4, 1/2, 3/4 (margins -0.5, 0, 0.5).
+    judgement = _critic(_Margins([real, 1.0, -1.0])).judge(steps, survived=False)
+    assert judgement.units == {0: units} and judgement.calls == 1 and judgement.malformed == 0
+    assert ANCHOR_BANDS == (0.25, 0.5, 0.75)
+
+
+@pytest.mark.parametrize("margins", [[0.5, -1.0, 1.0], [0.5, 0.3, 0.3], [float("nan"), 1.0, -1.0]])
+def test_unreadable_answers_are_counted_and_change_nothing(margins: list[float]) -> None:
+    buf = _buffer()
+    before = _rewards_by_episode(buf)
+    report = _critic(_Margins(margins), critic_trajectories=2).run(buf, may_call=_always)
+    # Anchors in the wrong order (or tied), or a non-finite number: the model told us nothing about this step.
+    assert report.calls == report.malformed == 4 and report.adjusted_steps == 0 and report.trajectories == 2
+    after = _rewards_by_episode(buf)
+    for ep in after:
+        np.testing.assert_array_equal(after[ep][0], before[ep][0])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(-20, 20), st.floats(-20, 20), st.floats(0.01, 20), st.floats(0, 20))
+def test_a_better_outcome_is_never_rated_lower(a: float, b: float, gap: float, worst: float) -> None:
+    steps = [TrajectoryStep(0, "do nothing", 0.01, 0.95), TrajectoryStep(1, "do nothing", 0.5, 0.9)]
+    lo, hi = sorted((a, b))
+    rate = [_critic(_Margins([m, worst + gap, worst])).judge(steps).units[0] for m in (lo, hi)]
+    assert rate[0] <= rate[1] and set(rate) <= {-2, -1, 1, 2}
+
+
+def test_what_followed_says_how_the_trajectory_ended() -> None:
+    assert what_followed(1, -1.0, 1.2, False) == ("What followed: 1 more decision earning -1.00 in total, highest "
+                                                  "loading 120%; the grid collapsed 1 decision later.")
+    assert what_followed(3, 0.5, 0.93, True).endswith("3 more decisions earning +0.50 in total, highest loading 93%; "
+                                                      "the grid survived to the end.")
+    assert what_followed(2, 0.02, 0.9, None).endswith("highest loading 90%.")
+    with pytest.raises(ValueError, match="n_later"):
+        what_followed(0, 0.0, 0.9, True)
+    prompt = critic_step_prompt(4, TrajectoryStep(12, "reconnect line 3", 0.01, 0.97), "What followed: x.")
+    assert prompt[1]["content"] == ("Decision [4] at step 12: reconnect line 3. Its own reward: +0.01, highest line "
+                                    "loading 97%.\nWhat followed: x.\n\n" + _QUESTION)
 
 
 def test_generate_mode_applies_well_formed_and_ignores_malformed_answers() -> None:
@@ -352,7 +443,7 @@ def test_llm_errors_are_counted_and_skip_their_trajectory() -> None:
     backend = ScriptedCritic(fail_calls=[2])  # the second call (episode 10, second step) fails
     critic = _critic(backend, critic_trajectories=2)
     report = critic.run(buf, may_call=_always)
-    assert report.errors == 1 and report.calls == 2 + 3 and report.trajectories == 1
+    assert report.errors == 1 and report.calls == 2 + 2 and report.trajectories == 1
     after = _rewards_by_episode(buf)
     np.testing.assert_array_equal(after[10][0], before[10][0])  # nothing applied to the failed trajectory
     assert not np.array_equal(after[12][0], before[12][0])
@@ -372,7 +463,7 @@ def test_rows_overwritten_during_a_call_are_counted_stale() -> None:
             _store(buf, 30, [0.05, 0.05, 0.05], "truncated")  # 4 slots: evicts every row of episode 10
 
     report = _critic(ScriptedCritic(during_call=overwrite), critic_trajectories=1).run(buf, may_call=_always)
-    assert report.calls == 3 and report.stale == 3 and report.adjusted_steps == 0
+    assert report.calls == 2 and report.stale == 2 and report.adjusted_steps == 0
     assert report.trajectories == 1
 
 
@@ -401,8 +492,9 @@ def test_a_real_tiny_model_drives_both_modes_and_the_counters_add_up(tmp_path: p
         np.testing.assert_array_equal(after[ep][1], before[ep][1])
         assert np.abs(after[ep][0] - after[ep][1]).sum() <= 0.05 + 1e-6
     if mode == "score":
-        # Every step of these short trajectories is asked about; the argmax is always an answer.
-        assert report.malformed == 0 and report.calls == 3 + 3 + 4 == report.adjusted_steps
+        # Every step but the last of these short trajectories is asked about; a random model may not rank the best
+        # anchor above the worst, which is counted malformed and changes nothing.
+        assert report.calls == 2 + 2 + 3 == report.adjusted_steps + report.malformed
     else:
         assert report.calls == 3 and report.malformed <= 3
         assert report.adjusted_steps <= 4 * (3 - report.malformed)
@@ -410,8 +502,11 @@ def test_a_real_tiny_model_drives_both_modes_and_the_counters_add_up(tmp_path: p
     assert backend.stats["calls"] >= report.calls
 
 
-def test_steps_must_not_be_empty() -> None:
+def test_steps_must_not_be_empty_and_a_lone_decision_is_not_asked_about() -> None:
     with pytest.raises(ValueError, match="steps is empty"):
         _critic(ScriptedCritic()).judge([])
-    judgement = _critic(ScriptedCritic(default="+2K")).judge([TrajectoryStep(0, "do nothing", -1.0, 1.1)])
-    assert judgement.units == {0: 2} and judgement.calls == 1 and judgement.answered
+    lone = _critic(ScriptedCritic(default="+2K")).judge([TrajectoryStep(0, "do nothing", -1.0, 1.1)])
+    assert lone.units == {} and lone.calls == 0 and not lone.answered
+    two = _critic(ScriptedCritic(default="+2K")).judge([TrajectoryStep(0, "do nothing", 0.01, 0.95),
+                                                       TrajectoryStep(1, "do nothing", -1.0, 1.1)])
+    assert two.units == {0: 2} and two.calls == 1 and two.answered

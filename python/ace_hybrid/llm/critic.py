@@ -1,8 +1,9 @@
 """The value critic g_LLM: trajectory-level reward shaping by a language model (ACE, arXiv 2506.02522, Sec. 3.3).
 
-Every few training episodes the critic reads whole stored trajectories that contain a key transition
-(``|original_reward| > ace.r_key``: in practice the transition that lost the grid), reasons about which decisions
-caused the outcome, and adjusts the rewards of chosen steps by one of ``{-2K, -K, +K, +2K}`` (``K = ace.critic_k``).
+Every few training episodes the critic reads stored trajectories that contain a key transition
+(``|original_reward| > ace.r_key``: in practice the transition that lost the grid), judges the decisions that led
+to the outcome by what followed them, and adjusts the rewards of chosen steps by one of ``{-2K, -K, +K, +2K}``
+(``K = ace.critic_k``).
 The adjusted reward replaces the stored one, so the credit of an outcome reaches the decisions that caused it --
 an LLM-made eligibility trace (cf. TD(lambda)).
 
@@ -10,34 +11,64 @@ Selection (:meth:`ValueCritic.select`)
 --------------------------------------
 Rows of the RL partition are grouped by episode id and sorted by decision index. A trajectory is a candidate when it is
 finished (its last stored row is done or truncated, so an episode still being written is never judged half-way),
+has at least two decisions (a lone decision has no predecessor to pass credit to and no successor to be judged by),
 contains a key transition, and has not been judged by this critic before. Candidates are ordered by their
 original return (ties by episode id) and taken alternately from the bottom and the top: lowest, highest, second
 lowest, ... The lowest returns are the collapses, where the critic can assign blame; the highest are the
 trajectories that recovered from danger, where it can assign credit; alternating shows the critic both and keeps
 SAC from seeing only negative shaping.
 
-Prompt
-------
+Which decisions are judged
+--------------------------
+Every decision but the last, most important first (``|reward|`` and change of max rho, as T_tau ranks them), at most
+``steps_per_trajectory``. The last decision is never asked about: nothing followed it, so its reward already holds
+all of its outcome (the collapse's -1, or the survival to the end) and the truthful answer, "unchanged", is not among
+the options; shaping it would count the outcome twice.
+
+Score mode (``critic_mode = "score"``, the default): one decision at a time, with what followed it
+---------------------------------------------------------------------------------------------------
 System message (the domain prefix P_r)::
 
-    You are an experienced power grid operator. You judge the decisions of an automatic agent that controls
-    a grid's topology (line switching and substation bus assignments) when lines are overloaded. For a past
-    trajectory you decide which decisions deserve more credit or more blame than their immediate reward gave
-    them.
+    You are an experienced power grid operator. You judge one past decision of an automatic agent that controls
+    a grid's topology, knowing what happened after it.
 
+User message (:func:`critic_step_prompt`)::
+
+    Decision [i] at step s: <action>. Its own reward: +0.01, highest line loading 97%.
+    What followed: 3 more decisions earning -0.98 in total, highest loading 131%; the grid collapsed 3 decisions
+    later.
+
+    Looking at what followed, was this decision good or bad? Answer good or bad.
+
+The answer is read from the first answer token's log-probabilities, ``m = log P(good | Good) - log P(bad | Bad)``
+(one label token per side, so the length of an option string cannot decide), for three prompts in one batched
+request (:meth:`LLMBackend.next_token_logprobs_many`): the real outcome (``m``) and two anchors that differ only in
+what followed -- the best (``m_best``: as many later decisions, earning +1.00 plus 0.01 each, highest loading 80%,
+the grid survived to the end) and the worst (``m_worst``: one more decision, -1.00, 120%, the grid collapsed). The
+anchors calibrate the model's bias for this very decision and wording: ``q = (m - m_worst) / (m_best - m_worst)``
+places the real outcome between them, and the option is its quarter: ``q < 1/4`` -> -2K, ``< 1/2`` -> -K,
+``< 3/4`` -> +K, else +2K. A model that does not rank the best anchor above the worst (``m_best <= m_worst``) or
+returns non-finite numbers has given no readable answer: the step is counted malformed and left unchanged. One call
+per judged decision.
+
+Why not the four option strings scored after the whole trajectory text (the 0.1 design): measured by
+``benchmarks/bench_critic.py`` on 60 saved trajectories, SmolLM2-135M answered -2K for every step that way (205 of
+205: no rank correlation with what followed, 5.8 s per call); with the options calibrated against a content-free
+prompt it stayed within chance on probes of 16 and 26 trajectories (+0.03 and +0.19, intervals holding 0). Asked per
+decision with what followed and anchored, its ratings rank the decisions by the discounted return that followed
+them: Spearman +0.73 [+0.61, +0.82] on the same 60 trajectories (199 decisions; +0.72 on the 33 not used to choose
+this design), as well as a rule reading the same sentence (+0.72), at 2.6 s per call
+(``benchmarks/data/critic_results.md``).
+
+Generate mode (``critic_mode = "generate"``)
+--------------------------------------------
 User message: the trajectory T_tau (:func:`~ace_hybrid.grid.text.describe_trajectory`: header with the number of
 decisions, the total reward and whether the grid survived, then ``[i] step s: action -> reward, max rho`` lines for
 the most important steps), followed by the meaning of the options -- ``+2K`` much better than its reward shows,
-``+K`` better, ``-K`` worse (it contributed to later trouble), ``-2K`` much worse -- and the question:
-
-* ``critic_mode = "score"``: "Decision [i]: <its line>. How should its reward be adjusted? Answer with one of:
-  -2K, -K, +K, +2K." The four option strings are scored as the assistant's answer
-  (:meth:`LLMBackend.score_candidates`, mean token log-probability so that longer strings are not penalised) and
-  the most likely one is the answer: always well-formed. One call per key step, at most ``steps_per_trajectory``
-  steps per trajectory, most important first (ranked as T_tau ranks them: ``|reward|`` and change of max rho).
-* ``critic_mode = "generate"``: one :meth:`LLMBackend.generate` call (greedy) per trajectory asking for at most
-  ``steps_per_trajectory`` lines ``[i]: <option>``, nothing else. The answer is parsed by
-  :func:`parse_adjustments`; a malformed answer is counted and ignored, never applied.
+``+K`` better, ``-K`` worse (it contributed to later trouble), ``-2K`` much worse -- and one
+:meth:`LLMBackend.generate` call (greedy) per trajectory asking for at most ``steps_per_trajectory`` lines
+``[i]: <option>``, nothing else. The answer is parsed by :func:`parse_adjustments`; a malformed answer is counted and
+ignored, never applied.
 
 Application
 -----------
@@ -69,17 +100,21 @@ if TYPE_CHECKING:  # the config module imports torch (through sac); the critic i
     from ace_hybrid.replay import MixedReplayBuffer
 
 __all__ = [
+    "ANCHOR_BANDS",
     "OPTIONS",
     "CriticReport",
     "Judgement",
     "ValueCritic",
     "critic_generate_prompt",
-    "critic_score_prompt",
+    "critic_step_prompt",
     "parse_adjustments",
+    "what_followed",
 ]
 
 OPTIONS: dict[str, int] = {"-2K": -2, "-K": -1, "+K": 1, "+2K": 2}
 """The critic's answers and their value in units of K."""
+ANCHOR_BANDS: tuple[float, float, float] = (0.25, 0.5, 0.75)
+"""Score mode: where the real outcome sits between the worst and best anchors (q) -> -2K | -K | +K | +2K."""
 
 _SYSTEM = (
     "You are an experienced power grid operator. You judge the decisions of an automatic agent that controls a "
@@ -100,10 +135,34 @@ def _critic_prompt(trajectory_text: str, question: str) -> list[dict[str, str]]:
             {"role": "user", "content": f"Trajectory:\n{trajectory_text}\n\n{_MEANING}\n\n{question}"}]
 
 
-def critic_score_prompt(trajectory_text: str, step_line: str) -> list[dict[str, str]]:
-    """The score-mode prompt about one decision; the four :data:`OPTIONS` are scored as the answer."""
-    return _critic_prompt(trajectory_text, f"Decision {step_line}\nHow should the reward of this decision be "
-                          "adjusted? Answer with one of: -2K, -K, +K, +2K.")
+_STEP_SYSTEM = (
+    "You are an experienced power grid operator. You judge one past decision of an automatic agent that controls a "
+    "grid's topology, knowing what happened after it."
+)
+_STEP_QUESTION = "Looking at what followed, was this decision good or bad? Answer good or bad."
+_GOOD, _BAD = ("good", "Good"), ("bad", "Bad")
+
+
+def what_followed(n_later: int, total: float, peak_rho: float, survived: bool | None) -> str:
+    """What followed a decision, in one sentence: the later decisions, their summed reward, the highest loading seen
+    at them, and how the trajectory ended (not said when ``survived`` is None). ``n_later >= 1``."""
+    if n_later < 1:
+        raise ValueError(f"n_later = {n_later} out of range [1, inf): the last decision has nothing after it")
+    plural = "s" if n_later > 1 else ""
+    text = (f"What followed: {n_later} more decision{plural} earning {total:+.2f} in total, highest loading "
+            f"{100 * peak_rho:.0f}%")
+    if survived is None:
+        return text + "."
+    return text + ("; the grid survived to the end." if survived else
+                   f"; the grid collapsed {n_later} decision{plural} later.")
+
+
+def critic_step_prompt(index: int, step: TrajectoryStep, followed: str) -> list[dict[str, str]]:
+    """The score-mode prompt about decision ``index`` and what followed it (:func:`what_followed`)."""
+    return [{"role": "system", "content": _STEP_SYSTEM},
+            {"role": "user", "content": f"Decision [{index}] at step {step.step}: {step.action_text}. Its own reward: "
+                                        f"{step.reward:+.2f}, highest line loading {100 * step.max_rho:.0f}%.\n"
+                                        f"{followed}\n\n{_STEP_QUESTION}"}]
 
 
 def critic_generate_prompt(trajectory_text: str, max_lines: int) -> list[dict[str, str]]:
@@ -154,6 +213,20 @@ def parse_adjustments(
     if not out or (max_lines is not None and len(out) > max_lines):
         return None
     return out
+
+
+def _anchored_units(logprobs: np.ndarray) -> int | None:
+    """Units of K from the (3, 4) label log-probabilities of the real, best and worst prompts (good, Good, bad,
+    Bad); None when they are unreadable. See the module docstring (score mode)."""
+    if logprobs.shape != (3, len(_GOOD) + len(_BAD)) or not np.all(np.isfinite(logprobs)):
+        return None
+    margin = (np.logaddexp.reduce(logprobs[:, : len(_GOOD)], axis=1)
+              - np.logaddexp.reduce(logprobs[:, len(_GOOD) :], axis=1))
+    real, best, worst = (float(m) for m in margin)
+    if not best > worst:
+        return None
+    q = (real - worst) / (best - worst)
+    return (-2, -1, 1, 2)[int(np.searchsorted(ANCHOR_BANDS, q, side="right"))]
 
 
 class Judgement(NamedTuple):
@@ -305,7 +378,7 @@ class ValueCritic:
         Returns
         -------
         list of (m,) int64
-            Row positions into ``columns`` of each chosen trajectory, in step order; at most
+            Row positions into ``columns`` of each chosen trajectory (two decisions or more), in step order; at most
             ``cfg.critic_trajectories`` of them, alternately the lowest and the highest original return.
             Judged episodes that left the buffer are forgotten here (episode ids are never reused).
         """
@@ -326,7 +399,7 @@ class ValueCritic:
         candidates: list[tuple[float, int, npt.NDArray[np.int64]]] = []
         for rows in groups:
             ep = int(episode[rows[0]])
-            if ep in self._judged or not ended[rows[-1]]:
+            if ep in self._judged or not ended[rows[-1]] or len(rows) < 2:
                 continue
             if not np.any(np.abs(original[rows]) > self.cfg.r_key):
                 continue
@@ -358,7 +431,7 @@ class ValueCritic:
         steps : sequence of TrajectoryStep
             The trajectory in time order (rewards as originally stored).
         survived : bool, optional
-            Whether the grid survived the trajectory (said in T_tau).
+            Whether the grid survived the trajectory (said in T_tau, and in score mode in what followed each step).
         may_call : callable
             Asked before every LLM call; False stops.
 
@@ -369,11 +442,10 @@ class ValueCritic:
         """
         if len(steps) == 0:
             raise ValueError("steps is empty: a trajectory has at least one decision")
-        text = describe_trajectory(steps, max_tokens=self.max_tokens, survived=survived)
-        shown = [int(i) for i in _SHOWN.findall(text)]
         if self.cfg.critic_mode == "generate":
-            return self._judge_generate(text, shown, may_call)
-        return self._judge_score(steps, text, shown, may_call)
+            text = describe_trajectory(steps, max_tokens=self.max_tokens, survived=survived)
+            return self._judge_generate(text, [int(i) for i in _SHOWN.findall(text)], may_call)
+        return self._judge_score(steps, survived, may_call)
 
     def _judge_generate(self, text: str, shown: list[int], may_call: Callable[[], bool]) -> Judgement:
         if not may_call():
@@ -388,34 +460,39 @@ class ValueCritic:
             return Judgement({}, 1, 1, True, None, False)
         return Judgement(units, 1, 0, True, None, False)
 
-    def _judge_score(
-        self, steps: Sequence[TrajectoryStep], text: str, shown: list[int], may_call: Callable[[], bool]
-    ) -> Judgement:
+    def asked(self, steps: Sequence[TrajectoryStep]) -> list[int]:
+        """Score mode: the positions asked about, in asking order -- every decision but the last, most important
+        first (``|reward|`` and change of max rho, as T_tau ranks them), at most ``steps_per_trajectory``."""
         rewards = np.array([s.reward for s in steps], dtype=np.float64)
         rhos = np.array([s.max_rho for s in steps], dtype=np.float64)
-        # The importance T_tau ranks steps by (describe_trajectory): relative |reward| plus relative rho change.
         change = np.abs(np.diff(rhos, prepend=rhos[0]))
         score = np.abs(rewards) / (np.abs(rewards).max() + 1e-9) + change / (change.max() + 1e-9)
-        visible = set(shown)  # ask only about steps the model can read in T_tau
-        ranked = [i for i in np.lexsort((np.arange(len(steps)), -score)).tolist() if i in visible]
-        options = list(OPTIONS)
+        ranked = [i for i in np.lexsort((np.arange(len(steps)), -score)).tolist() if i < len(steps) - 1]
+        return ranked[: self.steps_per_trajectory]
+
+    def _judge_score(self, steps: Sequence[TrajectoryStep], survived: bool | None,
+                     may_call: Callable[[], bool]) -> Judgement:
         units: dict[int, int] = {}
         calls = malformed = 0
-        for i in ranked[: self.steps_per_trajectory]:
+        for i in self.asked(steps):
             if not may_call():
                 return Judgement(units, calls, malformed, calls > 0, None, True)
-            s = steps[i]
-            line = f"[{i}] step {s.step}: {s.action_text} -> {s.reward:+.2f}, {100 * s.max_rho:.0f}%"
+            later = steps[i + 1 :]
+            n = len(later)
+            real = what_followed(n, sum(s.reward for s in later), max(s.max_rho for s in later), survived)
+            best = what_followed(n, 0.01 * n + 1.0, 0.8, True)
+            worst = what_followed(1, -1.0, 1.2, False)
+            prompts = [critic_step_prompt(i, steps[i], f) for f in (real, best, worst)]
             calls += 1
             try:
-                scores = self.backend.score_candidates(critic_score_prompt(text, line), options, reduction="mean")
+                lp = np.asarray(self.backend.next_token_logprobs_many(prompts, [*_GOOD, *_BAD]), dtype=np.float64)
             except LLMError as exc:
                 return Judgement({}, calls, malformed, False, exc, False)
-            lp = np.asarray(scores.logprobs, dtype=np.float64)
-            if lp.shape != (len(options),) or not np.all(np.isfinite(lp)):
-                malformed += 1  # a broken score vector is an answer we cannot read: ignore this step
+            answer = _anchored_units(lp)
+            if answer is None:
+                malformed += 1  # unreadable (non-finite, or the best anchor not above the worst): leave this step
                 continue
-            units[i] = OPTIONS[options[int(np.argmax(lp))]]
+            units[i] = answer
         return Judgement(units, calls, malformed, calls > 0, None, False)
 
     # ----------------------------------------------------------------------------------------- a round

@@ -4,7 +4,8 @@ The roles themselves live in :mod:`ace_hybrid.llm` and take only the values they
 :class:`~ace_hybrid.training.run.Run`. The training loop (:mod:`ace_hybrid.training.loop`) calls these hooks:
 
 * :meth:`LLMInLoop.wants_snapshot` at each decision: whether to keep ``env.copy()`` of the state before the RL action
-  (only while the actor is on and the call budget is not spent);
+  (only while the actor may refine -- it is on and, with the LLM ranker, its call budget is not spent -- and, with
+  ``ace.queue_overflow = "skip"``, the queue has room);
 * :meth:`LLMInLoop.after_store` after each stored transition: a bad one (:func:`is_bad`) goes to the actor (or,
   first, to co-evolution's probe set); an accepted proposal goes to the LLM partition, and co-evolution fine-tunes when
   enough have been accepted;
@@ -130,16 +131,13 @@ class _Refine:
 
     def run(self, slot: int) -> tuple[Refinement, ActorStats] | None:
         llm, item = self.llm, self.item
-        if not llm.budget_left():
-            return None  # spent while it waited
         actor = llm.actors[slot]
+        if actor.ranker.uses_llm and not llm.budget_left():
+            return None  # spent while it waited
         actor.stats = ActorStats()  # this refinement's counters, merged into the run's when it is committed
-        if actor.ranker.uses_llm:  # one call of the budget per round
-            ref = actor.refine(item.snapshot, item.obs, item.action, q_values=item.q, may_call=llm.may_call)
-        elif llm.may_call():  # a ranker without the LLM: one unit of the budget per refinement bounds the work
-            ref = actor.refine(item.snapshot, item.obs, item.action, q_values=item.q)
-        else:
-            return None
+        # One call of the budget per LLM round; a ranker without the LLM (e.g. "sim") is not budgeted: a refinement
+        # costs only its validation rollouts (about 0.2 s).
+        ref = actor.refine(item.snapshot, item.obs, item.action, q_values=item.q, may_call=llm.may_call)
         return ref, actor.stats
 
     def discard(self) -> None:
@@ -327,11 +325,11 @@ class LLMInLoop:
     # ------------------------------------------------------------------ hooks (the loop's thread)
 
     def wants_snapshot(self) -> bool:
-        """Whether to keep ``env.copy()`` of this decision: the actor is on and its budget not spent, and -- with
-        ``queue_overflow = "skip"`` -- the worker's queue has room (a copy costs the loop 10-40 ms, and one made while
-        the queue is full would be dropped; such decisions are counted in ``queue.decisions_not_copied``)."""
+        """Whether to keep ``env.copy()`` of this decision: the actor may refine (:meth:`_actor_may_refine`), and --
+        with ``queue_overflow = "skip"`` -- the worker's queue has room (a copy costs the loop 10-40 ms, and one made
+        while the queue is full would be dropped; such decisions are counted in ``queue.decisions_not_copied``)."""
         self._not_copied = False
-        if self.actor is None or not self.budget_left():
+        if not self._actor_may_refine():
             return False
         if (self.ace.async_llm and self.ace.queue_overflow == "skip" and not self._wants_probe()
                 and self.worker.waiting >= self.ace.queue_size):
@@ -339,6 +337,11 @@ class LLMInLoop:
             self._not_copied = True
             return False
         return True
+
+    def _actor_may_refine(self) -> bool:
+        """The actor is on and, when its ranker asks the LLM, its budget is not spent (a ranker without the LLM, e.g.
+        "sim", is not budgeted: a refinement costs only its validation rollouts, about 0.2 s)."""
+        return self.actor is not None and (not self.actor.ranker.uses_llm or self.budget_left())
 
     def _wants_probe(self) -> bool:
         """Co-evolution's probe set is not full yet: the next bad transition goes there, not to the queue."""
@@ -350,7 +353,7 @@ class LLMInLoop:
         snapshot, p.snapshot = p.snapshot, None
         if snapshot is not None:
             self._hand_over(run, p, snapshot)
-        elif self._not_copied and is_bad(p, self.ace) and self.actor is not None and self.budget_left():
+        elif self._not_copied and is_bad(p, self.ace) and self._actor_may_refine():
             # Not copied because the queue was full ("skip"): the queue would have refused it; counted as such.
             self.queue["submitted"] += 1
             self.queue["dropped"] += 1
@@ -358,7 +361,7 @@ class LLMInLoop:
         return self.poll(run)
 
     def _hand_over(self, run: Run, p: Pending, snapshot: Any) -> None:
-        if not is_bad(p, self.ace) or self.actor is None or not self.budget_left():
+        if not is_bad(p, self.ace) or not self._actor_may_refine():
             snapshot.close()
             return
         x = run.normalizer(p.obs)

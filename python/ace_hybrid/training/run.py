@@ -89,7 +89,7 @@ class Run:
 
     def __init__(self, cfg: Config, run_dir: Path, action_indices: list[int] | None = None) -> None:
         self.cfg, self.dir = cfg, run_dir
-        if cfg.train.torch_threads:
+        if cfg.train.torch_threads:  # 1 by default (measured: see TrainConfig.torch_threads); 0 keeps torch's
             torch.set_num_threads(cfg.train.torch_threads)
         torch.manual_seed(cfg.train.seed)
         self.env = make_env(cfg.env.name, seed=cfg.env.env_seed)
