@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import socket
+import threading
 import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -302,3 +305,81 @@ def test_the_server_stops_by_itself() -> None:
     server._thread.join(timeout=5)
     assert not server._thread.is_alive()
     server.stop()
+
+
+# ---------------------------------------------------------------------------------------- concurrency
+def _track_in_flight(server) -> dict[str, Any]:
+    """Wrap the server's request handling to record how many requests it was serving at once, and when."""
+    seen: dict[str, Any] = {"now": 0, "max": 0, "spans": []}
+    lock = threading.Lock()
+    serve = server._serve
+
+    def tracked(handler, behaviour, body):
+        started = time.monotonic()
+        with lock:
+            seen["now"] += 1
+            seen["max"] = max(seen["max"], seen["now"])
+        try:
+            serve(handler, behaviour, body)
+        finally:
+            with lock:
+                seen["now"] -= 1
+                seen["spans"].append((started, time.monotonic()))
+
+    server._serve = tracked
+    return seen
+
+
+def _numbered_answers(path: str, body: dict[str, Any]) -> dict[str, Any]:
+    """A chat answer whose "GOOD" log-probability is -k/10 for the prompt that says "prompt k"."""
+    k = int(body["messages"][-1]["content"].split()[-1])
+    top = [{"token": "GOOD", "logprob": -k / 10, "bytes": None}, {"token": "BAD", "logprob": -5.0, "bytes": None}]
+    return {"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "GOOD"}, "finish_reason": "stop",
+                         "logprobs": {"content": [{"token": "GOOD", "logprob": -k / 10, "bytes": None,
+                                                   "top_logprobs": top}]}}]}
+
+
+def test_n_concurrent_requests_overlap_in_time_and_keep_their_order() -> None:
+    prompts = [f"prompt {k}" for k in range(6)]
+    with FakeOpenAIServer(default="sleep", sleep_s=0.4, responder=_numbered_answers, lifetime_s=30) as server:
+        seen = _track_in_flight(server)
+        b = _backend(server, concurrency=3)
+        started = time.monotonic()
+        lp = b.next_token_logprobs_many(prompts, ["GOOD", "BAD"])
+        elapsed = time.monotonic() - started
+        b.close()
+    np.testing.assert_allclose(lp[:, 0], [-k / 10 for k in range(6)])  # row k answers prompt k
+    assert seen["max"] == 3  # three in flight at once, never more
+    assert elapsed < 6 * 0.4 * 0.75  # overlapped: two waves of three, not six requests one after the other
+    spans = sorted(seen["spans"])
+    assert any(s1 < e0 for (_, e0), (s1, _) in itertools.pairwise(spans))
+    assert b.stats["calls"] == 6 and b.stats["errors"] == 0
+
+
+def test_requests_from_many_threads_never_exceed_the_concurrency() -> None:
+    with FakeOpenAIServer(default="sleep", sleep_s=0.25, lifetime_s=30) as server:
+        seen = _track_in_flight(server)
+        b = _backend(server, concurrency=2)
+        threads = [threading.Thread(target=b.generate, args=("hi",)) for _ in range(5)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+    assert seen["max"] == 2 and b.stats["calls"] == 5 and b.stats["tokens_in"] == 5 * 11
+
+
+def test_one_failed_request_among_concurrent_ones_is_an_llm_error() -> None:
+    with FakeOpenAIServer(["ok", "400", "ok"], lifetime_s=30) as server:
+        b = _backend(server, concurrency=3)
+        with pytest.raises(LLMError) as info:
+            b.next_token_logprobs_many(["a", "b", "c"], ["GOOD", "BAD"])
+        b.close()
+    assert info.value.kind == "unsupported" and b.stats["calls"] == 3 and b.stats["errors"] == 1
+
+
+def test_concurrency_above_one_needs_the_openai_backend() -> None:
+    with pytest.raises(ValueError, match="concurrency"):
+        LLMConfig(backend="smollm2", concurrency=2).validate()
+    with pytest.raises(ValueError, match="concurrency"):
+        LLMConfig(backend="openai", base_url="http://127.0.0.1:1/v1", model="m", concurrency=0).validate()

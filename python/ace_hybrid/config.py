@@ -33,6 +33,9 @@ BACKENDS = ("smollm2", "transformers", "openai", "none")
 ACTOR_RANKERS = ("llm", "lac", "sim", "q", "random", "score")
 """Valid values of :attr:`ACEConfig.ranker` ("score" is the 0.1 name of "llm")."""
 
+QUEUE_OVERFLOW = ("skip", "drop_oldest")
+"""Valid values of :attr:`ACEConfig.queue_overflow`."""
+
 
 def _check(cond: bool, name: str, value: Any, valid: str) -> None:
     if not cond:
@@ -278,6 +281,25 @@ class ACEConfig:
     probe_size: int = 8
     """Bad transitions set aside (never refined or trained on) to measure the LLM's first-choice acceptance before
     and after each fine-tuning round on identical problems (0: no probe)."""
+    async_llm: bool = True
+    """Run the LLM's work (the actor's refinements, the critic's rounds, co-evolution's fine-tuning) on a worker
+    thread behind a bounded queue, so acting and learning never wait for it; results enter the replay when they
+    arrive, and the queue drains at the end of the run. False: every LLM call runs in the loop's thread, which waits
+    for it (deterministic; slower)."""
+    queue_size: int = 2
+    """Bad transitions that may wait for the worker (async_llm); each holds an environment copy until it is run, and
+    the run's end waits for them (the drain)."""
+    queue_overflow: str = "skip"
+    """When a bad transition finds the queue full: "skip" drops the new one, and while the queue is full the loop does
+    not even copy the environment at its decisions (a copy costs it 10-40 ms); "drop_oldest" evicts the oldest waiting
+    one (the freshest transitions are refined, at the price of a copy at every decision). Either way the dropped one
+    is counted (llm/queue_dropped)."""
+    worker_torch_threads: int = 1
+    """Torch CPU threads of the LLM worker thread (async_llm; thread-local with OpenMP builds), leaving the other cores
+    to the learner; 0: torch's default for a new thread (all cores)."""
+    worker_nice: int = 5
+    """How much lower the LLM worker thread's scheduling priority is than the loop's (Linux only, per thread; 0:
+    the same): the learner gets the CPU first, the LLM what is left, and what it cannot keep up with is dropped."""
 
     def validate(self) -> None:
         _check(-10.0 <= self.r_bar <= 10.0, "ace.r_bar", self.r_bar, "must be in [-10, 10]")
@@ -305,6 +327,12 @@ class ACEConfig:
         _check(self.finetune_every >= 1, "ace.finetune_every", self.finetune_every, "must be >= 1")
         _check(self.finetune_pairs >= 1, "ace.finetune_pairs", self.finetune_pairs, "must be >= 1")
         _check(0 <= self.probe_size <= 256, "ace.probe_size", self.probe_size, "must be in [0, 256]")
+        _check(1 <= self.queue_size <= 10_000, "ace.queue_size", self.queue_size, "must be in [1, 10000]")
+        _check(self.queue_overflow in QUEUE_OVERFLOW, "ace.queue_overflow", self.queue_overflow,
+               f"must be one of {QUEUE_OVERFLOW}")
+        _check(0 <= self.worker_torch_threads <= 1024, "ace.worker_torch_threads", self.worker_torch_threads,
+               "must be in [0, 1024]")
+        _check(0 <= self.worker_nice <= 19, "ace.worker_nice", self.worker_nice, "must be in [0, 19]")
 
 
 @dataclass
@@ -457,6 +485,9 @@ class LLMConfig:
     """Pairs per fine-tuning step."""
     cache_dir: str = ""
     """Cache root for the converted SmolLM2 model; empty means $ACE_HYBRID_CACHE or ~/.cache/ace_hybrid."""
+    concurrency: int = 1
+    """Requests in flight at once to an OpenAI-compatible server ("openai" backend only): the ACE worker refines
+    this many transitions side by side, and batched log-prob reads (LAC) send their prompts in parallel."""
 
     def validate(self) -> LLMConfig:
         """Check every field; return self.
@@ -522,6 +553,10 @@ class LLMConfig:
         check_range("lora_lr", 0.0, 1.0, lo_open=True)
         check_int("lora_epochs", 1, 10_000)
         check_int("lora_batch_size", 1, 65536)
+        check_int("concurrency", 1, 256)
+        if self.concurrency > 1 and self.backend != "openai":
+            raise bad("concurrency", "1 for local backends (one model, one request at a time); > 1 needs "
+                      "backend='openai'")
         return self
 
     def replace(self, **changes: Any) -> LLMConfig:

@@ -24,6 +24,15 @@ Log-probabilities
   and remembers when the server refuses it. The completions endpoint gets raw text: a message list is
   written as ``role: content`` lines followed by ``assistant:``.
 
+Concurrency
+-----------
+Unlike the local backends, this one is thread-safe: several threads may call it at once (the ACE worker runs
+``llm.concurrency`` refinements side by side against a server), and at most ``llm.concurrency`` requests are in flight
+at any moment, whoever sends them (a semaphore around each HTTP attempt; a retry's backoff does not hold it).
+:meth:`OpenAIBackend.next_token_logprobs_many` sends its prompts through a pool of that many threads, so LAC's
+per-candidate judgements overlap on the server (vLLM batches concurrent requests). With the default of 1 every
+request waits for the one before.
+
 Errors follow :mod:`ace_hybrid.llm.backend`: every failure is an :class:`LLMError` whose ``kind`` is
 "timeout", "connection", "http", "malformed" or "unsupported".
 """
@@ -33,8 +42,10 @@ from __future__ import annotations
 import logging
 import math
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import numpy as np
@@ -105,6 +116,10 @@ class OpenAIBackend:
             base_url=config.base_url, api_key=key or "EMPTY", timeout=config.timeout_s, max_retries=0
         )
         self._stats = new_stats()
+        self._stats_lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(config.concurrency)
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
         self._echo_supported: bool | None = None if config.openai_scoring == "auto" else config.openai_scoring == "echo"
 
     def __repr__(self) -> str:
@@ -115,8 +130,21 @@ class OpenAIBackend:
 
     @property
     def stats(self) -> dict[str, float]:
-        """Counters since construction (a copy): calls, errors, retries, tokens_in, tokens_out, seconds."""
-        return dict(self._stats)
+        """Counters since construction (a copy): calls, errors, retries, tokens_in, tokens_out, seconds (summed
+        over requests, so it exceeds wall time when requests overlap)."""
+        with self._stats_lock:
+            return dict(self._stats)
+
+    def close(self) -> None:
+        """Stop the thread pool of :meth:`next_token_logprobs_many` (if it was started); the backend stays usable."""
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+    def _count(self, key: str, value: float = 1) -> None:
+        with self._stats_lock:
+            self._stats[key] += value
 
     # ---------------------------------------------------------------------------------------- plumbing
     def _scrub(self, text: str) -> str:
@@ -130,12 +158,13 @@ class OpenAIBackend:
         openai = self._openai
         cfg = self.config
         started = time.perf_counter()
-        self._stats["calls"] += 1
+        self._count("calls")
         try:
             last: tuple[str, str] = ("http", "no attempt")
             for attempt in range(cfg.max_retries + 1):
                 try:
-                    response = call()
+                    with self._slots:  # at most llm.concurrency requests in flight
+                        response = call()
                 except openai.APITimeoutError:
                     last = ("timeout", f"no answer within {cfg.timeout_s} s")
                 except openai.APIConnectionError as exc:
@@ -159,23 +188,24 @@ class OpenAIBackend:
                         ) from None
                 if attempt < cfg.max_retries:
                     delay = min(cfg.retry_backoff_s * 2**attempt, _MAX_BACKOFF_S)
-                    self._stats["retries"] += 1
+                    self._count("retries")
                     log.warning("%s: %s; retry %d/%d in %.2f s", what, self._scrub(last[1]), attempt + 1,
                                 cfg.max_retries, delay)
                     time.sleep(delay)
             raise self._error(f"{what}: gave up after {cfg.max_retries + 1} attempt(s); last: {last[1]}", last[0])
         except LLMError:
-            self._stats["errors"] += 1
+            self._count("errors")
             raise
         finally:
-            self._stats["seconds"] += time.perf_counter() - started
+            self._count("seconds", time.perf_counter() - started)
 
     def _count_usage(self, response: Any) -> tuple[int, int]:
         usage = getattr(response, "usage", None)
         tin = int(getattr(usage, "prompt_tokens", 0) or 0) if usage is not None else 0
         tout = int(getattr(usage, "completion_tokens", 0) or 0) if usage is not None else 0
-        self._stats["tokens_in"] += tin
-        self._stats["tokens_out"] += tout
+        with self._stats_lock:
+            self._stats["tokens_in"] += tin
+            self._stats["tokens_out"] += tout
         return tin, tout
 
     def _chat(self, messages: list[dict[str, str]], **kwargs: Any) -> Callable[[], Any]:
@@ -280,10 +310,25 @@ class OpenAIBackend:
         return self._request("next_token_logprobs", self._chat(messages, **kwargs), parse)
 
     def next_token_logprobs_many(self, prompts: Sequence[Prompt], tokens: Sequence[str]) -> npt.NDArray[np.float64]:
-        """(m, k) float64: :meth:`next_token_logprobs` for each of m prompts (one request each)."""
+        """(m, k) float64: :meth:`next_token_logprobs` for each of m prompts (one request each, up to
+        ``llm.concurrency`` of them in flight at once; rows in the order of ``prompts``). The first failure is
+        raised once every request has ended."""
         if isinstance(prompts, str) or len(prompts) == 0:
             raise ValueError(f"prompts = {prompts!r} must be a non-empty sequence of prompts")
-        return np.stack([self.next_token_logprobs(p, tokens) for p in prompts])
+        if self.config.concurrency == 1 or len(prompts) == 1:
+            return np.stack([self.next_token_logprobs(p, tokens) for p in prompts])
+        futures = [self._thread_pool().submit(self.next_token_logprobs, p, tokens) for p in prompts]
+        errors = [f.exception() for f in futures]  # waits for all: nothing is left running behind a failure
+        first = next((e for e in errors if e is not None), None)
+        if first is not None:
+            raise first
+        return np.stack([f.result() for f in futures])
+
+    def _thread_pool(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.config.concurrency, thread_name_prefix="openai")
+            return self._pool
 
     def score_candidates(
         self, prompt: Prompt, candidates: Sequence[str], *, reduction: str | None = None

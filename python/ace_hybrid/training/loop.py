@@ -8,7 +8,9 @@ observation, and the discount applies per decision (gamma per transition, not ga
 With ``llm.backend`` other than "none" the run is ACE (:mod:`ace_hybrid.training.ace`): each decision keeps a
 snapshot of the environment, a completed bad transition goes to the LLM policy actor (its validated proposals fill
 the replay's LLM partition), the LLM value critic reshapes stored trajectories after episodes, and co-evolution
-fine-tunes the LLM's LoRA adapter (saved under ``adapters/``, named in the checkpoint).
+fine-tunes the LLM's LoRA adapter (saved under ``adapters/``, named in the checkpoint). The LLM works on a worker
+thread behind a bounded queue (``ace.async_llm``): the loop hands work over and commits results at its hooks, never
+waiting, except at the end, when the queue drains before the last checkpoint.
 
 Run directory layout::
 
@@ -73,6 +75,8 @@ def train(cfg: Config | None, run_dir: str | Path, *, resume: bool = False,
         with StopOnSigint(run):
             while run.counters.env_steps < cfg.train.total_env_steps and not run.stop_requested:
                 train_episode(run, bar)
+            if run.llm is not None and not run.stop_requested:  # the LLM's queued work, before the last checkpoint
+                _llm_hook(run, run.llm.drain, run)
             if run.stop_requested:
                 save_checkpoint(run)
                 run.logger.close()
@@ -264,8 +268,10 @@ def update(run: Run) -> None:
 
 
 def on_schedule(run: Run) -> None:
-    """Log, evaluate and checkpoint when their intervals come up."""
+    """Commit the LLM's finished work (ACE), then log, evaluate and checkpoint when their intervals come up."""
     c, cfg = run.counters, run.cfg
+    if run.llm is not None:
+        _llm_hook(run, run.llm.poll, run)
     if c.env_steps % cfg.log.log_every == 0:
         run.logger.write(c.env_steps, {"train/decisions": c.decisions, "train/updates": c.updates,
                                        "train/replay": len(run.replay), **{f"time/{k}": v for k, v in
