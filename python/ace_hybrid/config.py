@@ -450,9 +450,6 @@ class LLMConfig:
     """Default cap on generated tokens."""
     seed: int = 0
     """Seed of sampled generation and of fine-tuning's shuffling and LoRA initialisation."""
-    policy_samples: int = 0
-    """Actions drawn per state to estimate the policy loss's gradient (an integer >= 2), or 0 for the exact
-    expectation over all legal actions. Sampled: unbiased (score function, leave-one-out baseline), stochastic."""
     device: str = "cpu"
     """Torch device of local backends ("cpu", "cuda", "cuda:1", "mps")."""
     dtype: str = "float32"
