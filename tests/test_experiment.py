@@ -79,6 +79,30 @@ def test_experiment_writes_cells_runs_and_results(finished) -> None:
     assert json.loads((out / "cells" / "donothing.json").read_text())["train"] is None
 
 
+
+def test_cells_run_in_worker_processes_give_the_same_figures(finished, tmp_path: Path) -> None:
+    path, _, sequential = finished
+    result = ex.run_experiment(ex.load_experiment(path), tmp_path / "out", progress=False, jobs=2)
+    assert sorted(result["ran"]) == sorted(sequential["ran"])
+
+    def episodes(res: dict) -> dict:
+        return {c["cell"]: [(e["steps_survived"], round(e["cumulative_reward"], 6)) for e in c["test"]["episodes"]]
+                for c in res["cells"]}
+
+    assert episodes(result) == episodes(sequential)
+    assert [c["cell"] for c in result["cells"]] == [c["cell"] for c in sequential["cells"]]
+    # One training per seed, shared by its two deployments, in the workers too.
+    for seed in (0, 1):
+        alone, top2 = (json.loads((tmp_path / "out" / "cells" / f"sac-only-{v}-seed{seed}.json").read_text())
+                       for v in ("alone", "top2"))
+        assert alone["train"] == top2["train"] and alone["train"]["resumed"] is False
+
+
+def test_jobs_below_one_fail_naming_the_value(finished, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"jobs = 0 out of range \[1, inf\)"):
+        ex.run_experiment(ex.load_experiment(finished[0]), tmp_path / "out", progress=False, jobs=0)
+
+
 def test_deploy_topk_rows_test_one_training_each(finished) -> None:
     _, out, result = finished
     assert sorted(p.name for p in (out / "runs").iterdir()) == ["sac-only-seed0", "sac-only-seed1"]

@@ -186,6 +186,16 @@ def _int_list(text: str) -> list[int]:
     return out
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} out of range [1, inf)")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ace-hybrid",
@@ -253,6 +263,9 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--rows", default=None, metavar="ID,ID",
                     help="run only these row ids (default: every row of the file)")
     ex.add_argument("--seeds", type=_int_list, default=None, help="replace the file's seeds, e.g. '0,1,2' or '0-2'")
+    ex.add_argument("--jobs", type=_positive_int, default=1, metavar="N",
+                    help="run N cells at once in worker processes (default 1; a cell's figures do not depend on "
+                    "it, its times do)")
     ex.add_argument("--no-report", action="store_true", help="skip report.md and its figures")
     ex.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     rp = sub.add_parser(
@@ -347,7 +360,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     rows = [r.strip() for r in args.rows.split(",") if r.strip()] if args.rows else None
     spec = load_experiment(args.config, args.overrides, rows=rows, seeds=args.seeds)
     out = args.out or Path("runs") / spec.name
-    result = run_experiment(spec, out, progress=not args.no_progress)
+    result = run_experiment(spec, out, progress=not args.no_progress, jobs=args.jobs)
     if not args.no_report:
         from ace_hybrid.report import write_report
 

@@ -67,7 +67,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -789,9 +789,13 @@ def _setup(spec: ExperimentSpec, cells: list[dict[str, Any]], draws: int, seed: 
 
 
 def run_experiment(spec: ExperimentSpec, out: str | Path, *, progress: bool = True, draws: int = BOOTSTRAP_DRAWS,
-                   bootstrap_seed: int = BOOTSTRAP_SEED) -> dict[str, Any]:
+                   bootstrap_seed: int = BOOTSTRAP_SEED, jobs: int = 1) -> dict[str, Any]:
     """Run every cell not yet finished, then write results.json, results.csv and results.md (the figures and
     ``report.md`` are :func:`ace_hybrid.report.write_report`'s, which reads results.json).
+
+    ``jobs`` > 1 runs that many cell groups at once in worker processes (:func:`cell_groups`: the cells of one
+    training stay together, in order); every cell is seeded on its own, so its figures do not depend on ``jobs``
+    (its times do: the cells share the machine). The workers' own progress bars are off.
 
     Returns
     -------
@@ -818,34 +822,34 @@ def run_experiment(spec: ExperimentSpec, out: str | Path, *, progress: bool = Tr
                 raise ValueError(f"{path} was made with another configuration or other test pairs: delete it to "
                                  f"rerun that cell, or use another --out")
             done[cell_id(row, seed)] = cell
-    trained = _finished_trainings(out) if len(done) < len(plan) else {}
-    cells: list[dict[str, Any]] = []
-    ran, reused = [], []
-    envs: dict[tuple[str, int], Any] = {}
-    bar = tqdm(total=len(plan), desc=f"experiment {spec.name}", unit="cell", disable=not progress,
-               dynamic_ncols=True)
+    if jobs < 1:
+        raise ValueError(f"jobs = {jobs} out of range [1, inf)")
+    todo = [(row, seed, cfg) for row, seed, cfg in plan if cell_id(row, seed) not in done]
+    trained = _finished_trainings(out) if todo else {}
+    ran: list[str] = []
+    bar = tqdm(total=len(plan), initial=len(plan) - len(todo), desc=f"experiment {spec.name}", unit="cell",
+               disable=not progress, dynamic_ncols=True)
     try:
-        for row, seed, cfg in plan:
-            name = cell_id(row, seed)
-            bar.set_postfix_str(name)
-            if name in done:
-                cell = done[name]
-                reused.append(name)
-            else:
-                key = (cfg.env.name, cfg.env.env_seed)
-                if key not in envs:
-                    envs[key] = _test_env(spec, cfg)
-                cell = run_cell(spec, row, seed, cfg, out, envs[key], trained)
-                atomic_write_json(out / "cells" / f"{name}.json", cell)
-                if cell["run_dir"]:
-                    trained.setdefault((cell["run_dir"], cell["train_fingerprint"]), cell)
-                ran.append(name)
-            cells.append(cell)
-            bar.update(1)
+        if jobs == 1 or len(todo) <= 1:
+            envs: dict[tuple[str, int], Any] = {}
+            try:
+                for group in cell_groups(todo):
+                    bar.set_postfix_str(cell_id(group[0][0], group[0][1]))
+                    for cell in run_cell_group(spec, group, out, trained, envs):
+                        done[cell["cell"]] = cell
+                        ran.append(cell["cell"])
+                        bar.update(1)
+            finally:
+                for env in envs.values():
+                    env.close()
+        else:
+            for cell in _run_in_workers(spec, todo, out, trained, jobs, bar):
+                done[cell["cell"]] = cell
+                ran.append(cell["cell"])
     finally:
         bar.close()
-        for env in envs.values():
-            env.close()
+    cells = [done[cell_id(row, seed)] for row, seed, _ in plan]
+    reused = [c["cell"] for c in cells if c["cell"] not in set(ran)]
     rows = aggregate(spec, cells, draws=draws, seed=bootstrap_seed)
     comparisons = compare_rows(rows, spec.seeds, len(spec.test_pairs), draws=draws, seed=bootstrap_seed)
     markdown = to_markdown(rows)
@@ -868,6 +872,74 @@ def run_experiment(spec: ExperimentSpec, out: str | Path, *, progress: bool = Tr
         + differences_markdown(comparisons) + "\n\n" + DIFFERENCES_NOTE + "\n")
     return {"rows": rows, "comparisons": comparisons, "cells": cells, "ran": ran, "reused": reused,
             "markdown": markdown, "command": command, "out": str(out)}
+
+
+def cell_groups(plan: Sequence[tuple[RowSpec, int | None, Config]]) -> list[list[tuple[RowSpec, int | None, Config]]]:
+    """The plan's cells grouped so that the rows made from one training (one ``deploy_topk``, one seed) stay
+    together and in order: the first trains (or resumes) the run, the others reuse it. A baseline cell is a group of
+    its own. Groups keep the plan's order."""
+    groups: dict[str, list[tuple[RowSpec, int | None, Config]]] = {}
+    for row, seed, cfg in plan:
+        key = run_dir_of(row, seed) if row.trains else f"baseline:{cell_id(row, seed)}"
+        groups.setdefault(key, []).append((row, seed, cfg))
+    return list(groups.values())
+
+
+def run_cell_group(spec: ExperimentSpec, group: Sequence[tuple[RowSpec, int | None, Config]], out: Path,
+                   trained: dict[tuple[str, str], dict[str, Any]],
+                   envs: dict[tuple[str, int], Any] | None = None) -> Iterator[dict[str, Any]]:
+    """Run one group's cells (:func:`cell_groups`), writing each cell's file as it finishes; yields the records.
+    ``envs`` caches the test environments between groups (closed here when not given)."""
+    own = envs is None
+    envs = {} if envs is None else envs
+    try:
+        for row, seed, cfg in group:
+            key = (cfg.env.name, cfg.env.env_seed)
+            if key not in envs:
+                envs[key] = _test_env(spec, cfg)
+            cell = run_cell(spec, row, seed, cfg, out, envs[key], trained)
+            atomic_write_json(out / "cells" / f"{cell['cell']}.json", cell)
+            if cell["run_dir"]:
+                trained.setdefault((cell["run_dir"], cell["train_fingerprint"]), cell)
+            yield cell
+    finally:
+        if own:
+            for env in envs.values():
+                env.close()
+
+
+def _run_group_in_worker(spec: ExperimentSpec, group: Sequence[tuple[RowSpec, int | None, Config]], out: Path,
+                         trained: dict[tuple[str, str], dict[str, Any]]) -> list[dict[str, Any]]:
+    for _, _, cfg in group:
+        cfg.log.progress = False  # one bar (the parent's); workers' bars would interleave
+    return list(run_cell_group(spec, group, out, trained))
+
+
+def _run_in_workers(spec: ExperimentSpec, todo: Sequence[tuple[RowSpec, int | None, Config]], out: Path,
+                    trained: dict[tuple[str, str], dict[str, Any]], jobs: int, bar: Any) -> Iterator[dict[str, Any]]:
+    """Run the groups of ``todo`` in ``jobs`` fresh ("spawn") processes, longest-looking first (training groups
+    with an LLM, then other training, then baselines), yielding cells as groups finish. A failing group stops the
+    experiment after the running groups finish (their cells are saved; a rerun continues)."""
+    import multiprocessing
+    from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+
+    def cost(group: Sequence[tuple[RowSpec, int | None, Config]]) -> int:
+        row, _, cfg = group[0]
+        return 2 if row.trains and cfg.llm.backend != "none" else 1 if row.trains else 0
+
+    groups = sorted(cell_groups(todo), key=cost, reverse=True)
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        pending = {pool.submit(_run_group_in_worker, spec, group, out, trained) for group in groups}
+        while pending:
+            finished, pending = wait(pending, return_when=FIRST_EXCEPTION)
+            for future in finished:
+                if future.exception() is not None:
+                    for other in pending:
+                        other.cancel()
+                    raise future.exception()
+                for cell in future.result():
+                    bar.update(1)
+                    yield cell
 
 
 DIFFERENCES_NOTE = ("A − B is computed within each bootstrap draw on the same test pairs and training seeds, so what "
