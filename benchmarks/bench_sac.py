@@ -217,6 +217,28 @@ def test_lowrank_head_is_faster_than_linear(problem) -> None:
     assert lin / low >= MIN_LOWRANK_SPEEDUP_VS_LINEAR
 
 
+TUTOR_SET = 110
+"""Size of make run's "tutor:50" set on l2rpn_neurips_2020_track1: do nothing, 59 reconnections, 50 bus actions."""
+
+
+def test_update_time_per_action_set(problem) -> None:
+    """One update over the full catalog against one over make run's tutor:50 set, at the neurips config's batch
+    (128), interleaved; the ratio is what ``env.action_set`` buys per update."""
+    batch = {k: v[:128] for k, v in problem["batch"].items()}
+    rng = np.random.default_rng(1)
+    keep = np.sort(np.concatenate(([0], rng.choice(np.arange(1, N_ACTIONS), TUTOR_SET - 1, replace=False))))
+    small = {**batch, "mask": batch["mask"][:, keep], "next_mask": batch["next_mask"][:, keep],
+             "action": np.zeros(128, np.int64)}
+    full_agent = make_agent("lowrank", problem["features"])
+    set_agent = DiscreteSAC(OBS_DIM, TUTOR_SET, SACConfig(), action_features=problem["features"][keep], seed=0)
+    times = _interleaved({"full": lambda: full_agent.update(**batch), "set": lambda: set_agent.update(**small)},
+                         rounds=ROUNDS)
+    full_ms, set_ms = (float(np.median(times[k])) * 1e3 for k in ("full", "set"))
+    print(f"\n[sac] one update at batch 128, median of {ROUNDS} interleaved rounds: full catalog ({N_ACTIONS:,} "
+          f"actions) {full_ms:.0f} ms, tutor set ({TUTOR_SET} actions) {set_ms:.1f} ms, {full_ms / set_ms:.0f}x "
+          f"({_env()})")
+    assert full_ms > set_ms
+
 # ------------------------------------------------------------------------------------------- the previous update
 # A frozen copy of DiscreteSAC.update before the "Throughput" issue (its loss path and helpers, verbatim but for
 # names), run on a current agent's networks and optimisers. It is the reference of the speed-up above; do not

@@ -908,6 +908,19 @@ def run_cell_group(spec: ExperimentSpec, group: Sequence[tuple[RowSpec, int | No
                 env.close()
 
 
+def _exit_with_parent(parent: int) -> None:
+    """Worker initializer: a daemon thread ends the worker when its parent is gone (killed, not Ctrl-C'd: Ctrl-C
+    reaches the whole process group), so an orphan never goes on writing cells into the output folder."""
+    import threading
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
 def _run_group_in_worker(spec: ExperimentSpec, group: Sequence[tuple[RowSpec, int | None, Config]], out: Path,
                          trained: dict[tuple[str, str], dict[str, Any]]) -> list[dict[str, Any]]:
     for _, _, cfg in group:
@@ -928,7 +941,8 @@ def _run_in_workers(spec: ExperimentSpec, todo: Sequence[tuple[RowSpec, int | No
         return 2 if row.trains and cfg.llm.backend != "none" else 1 if row.trains else 0
 
     groups = sorted(cell_groups(todo), key=cost, reverse=True)
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
+                             initializer=_exit_with_parent, initargs=(os.getpid(),)) as pool:
         pending = {pool.submit(_run_group_in_worker, spec, group, out, trained) for group in groups}
         while pending:
             finished, pending = wait(pending, return_when=FIRST_EXCEPTION)
