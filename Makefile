@@ -45,7 +45,7 @@ install: venv
 
 # The README's first command: ACE vs baselines on l2rpn_neurips_2020_track1, table + report in runs/make_run.
 run: install
-	OMP_WAIT_POLICY=PASSIVE $(VENV)/bin/ace-hybrid experiment --config experiments/make_run.toml --out runs/make_run
+	OMP_WAIT_POLICY=PASSIVE $(VENV)/bin/ace-hybrid experiment --config experiments/make_run.toml --out runs/make_run --jobs 2
 
 test: install test-cpp test-py
 

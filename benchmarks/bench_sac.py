@@ -134,8 +134,8 @@ def make_agent(head: str, features: np.ndarray) -> DiscreteSAC:
     return DiscreteSAC(OBS_DIM, N_ACTIONS, cfg, action_features=features if head == "lowrank" else None, seed=0)
 
 
-def _env() -> str:
-    return (f"B={BATCH}, n={N_ACTIONS}, torch threads {torch.get_num_threads()}, "
+def _env(batch: int = BATCH, n: str = f"{N_ACTIONS}") -> str:
+    return (f"B={batch}, n={n}, torch threads {torch.get_num_threads()}, "
             f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}")
 
 
@@ -236,7 +236,7 @@ def test_update_time_per_action_set(problem) -> None:
     full_ms, set_ms = (float(np.median(times[k])) * 1e3 for k in ("full", "set"))
     print(f"\n[sac] one update at batch 128, median of {ROUNDS} interleaved rounds: full catalog ({N_ACTIONS:,} "
           f"actions) {full_ms:.0f} ms, tutor set ({TUTOR_SET} actions) {set_ms:.1f} ms, {full_ms / set_ms:.0f}x "
-          f"({_env()})")
+          f"({_env(128, f'{N_ACTIONS} / {TUTOR_SET}')})")
     assert full_ms > set_ms
 
 # ------------------------------------------------------------------------------------------- the previous update

@@ -474,6 +474,7 @@ def test_bootstrap_draws_are_fixed_by_their_seed() -> None:
 
 def test_comparisons_are_declared_by_kind_not_by_results() -> None:
     rows = [dict(synthetic_row("greedy", [[50] * 4], [None]), kind="greedy"),
+            dict(synthetic_row("nothing", [[50] * 4], [None]), kind="donothing"),
             dict(synthetic_row("sac-alone", [[50] * 4], [0]), train_id="sac", deploy_topk=0),
             dict(synthetic_row("sac-top8", [[50] * 4], [0]), train_id="sac", deploy_topk=8),
             dict(synthetic_row("eg-top8", [[50] * 4], [0]), train_id="eg", deploy_topk=8, expert_guided=True),
@@ -483,6 +484,9 @@ def test_comparisons_are_declared_by_kind_not_by_results() -> None:
     assert ("ace-top8", "sac-top8", "against SAC-only") in made and ("eg-top8", "sac-top8", "against SAC-only") in made
     assert ("ace-top8", "eg-top8", "against expert-guided RL") in made
     assert ("ace-top8", "greedy", "against the greedy expert") in made
+    assert {a for a, b, why in made if why == "against doing nothing"} == {"sac-alone", "sac-top8", "eg-top8",
+                                                                            "ace-top8"}
+    assert all(b == "nothing" for _, b, why in made if why == "against doing nothing")
     assert not any(a == b for a, b, _ in made) and not any(b == "ace-top8" for _, b, _ in made)
 
 

@@ -591,6 +591,7 @@ def comparisons_to_make(rows: Sequence[dict[str, Any]]) -> list[tuple[str, str, 
     """The table's declared comparisons, (row a, row b, why), fixed by the rows' kinds before any number is seen:
 
     - the check's share: each ``+ top-k check`` row against its own ``(policy alone)`` row (same best.pt);
+    - against doing nothing: every training row (does learning help at all?);
     - against SAC-only: every other training row against the SAC-only row deployed the same way;
     - against expert-guided RL: every ACE row against the expert-guided row deployed the same way;
     - against the greedy expert: every other row.
@@ -604,6 +605,7 @@ def comparisons_to_make(rows: Sequence[dict[str, Any]]) -> list[tuple[str, str, 
     sac = first_training(lambda r: not r.get("expert_guided"))
     guided = first_training(lambda r: r.get("expert_guided"))
     greedy = next((r["id"] for r in rows if r["kind"] == "greedy"), None)
+    nothing = next((r["id"] for r in rows if r["kind"] == "donothing"), None)
 
     def same_deployment(train_id: str | None, row: dict[str, Any]) -> str | None:
         return next((r["id"] for r in rows if train_id is not None and r["train_id"] == train_id
@@ -615,6 +617,9 @@ def comparisons_to_make(rows: Sequence[dict[str, Any]]) -> list[tuple[str, str, 
             alone = next((x["id"] for x in rows if x["train_id"] == r["train_id"] and x.get("deploy_topk") == 0), None)
             if alone:
                 out.append((r["id"], alone, "the top-k check's share"))
+    for r in rows:
+        if nothing is not None and r["kind"] in TRAINING_KINDS:
+            out.append((r["id"], nothing, "against doing nothing"))
     for r in rows:
         if r["kind"] in TRAINING_KINDS and r["train_id"] != sac:
             other = same_deployment(sac, r)
