@@ -120,7 +120,10 @@ def test_ctrl_c_saves_a_checkpoint_prints_how_to_resume_and_exits_130(tmp_path: 
            "--run-dir", str(run)]
     out, err = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
     with out.open("w") as fout, err.open("w") as ferr:
-        proc = subprocess.Popen(cmd, stdout=fout, stderr=ferr, start_new_session=True)
+        # A shell's background job (nohup ... &, some CI runners) ignores SIGINT and its children inherit that:
+        # the child must start with the default disposition, as under a terminal's Ctrl-C.
+        proc = subprocess.Popen(cmd, stdout=fout, stderr=ferr, start_new_session=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.time() + 240
         while not (run / "checkpoint.pt").exists():
