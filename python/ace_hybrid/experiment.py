@@ -854,7 +854,8 @@ def run_experiment(spec: ExperimentSpec, out: str | Path, *, progress: bool = Tr
     finally:
         bar.close()
     cells = [done[cell_id(row, seed)] for row, seed, _ in plan]
-    reused = [c["cell"] for c in cells if c["cell"] not in set(ran)]
+    ran_now = set(ran)
+    reused = [c["cell"] for c in cells if c["cell"] not in ran_now]
     rows = aggregate(spec, cells, draws=draws, seed=bootstrap_seed)
     comparisons = compare_rows(rows, spec.seeds, len(spec.test_pairs), draws=draws, seed=bootstrap_seed)
     markdown = to_markdown(rows)
