@@ -257,3 +257,25 @@ class FakeOpenAIServer:
             "choices": choices,
             "usage": {"prompt_tokens": 5 * len(prompts), "completion_tokens": len(prompts), "total_tokens": 6 * len(prompts)},
         }
+
+
+def track_in_flight(server: FakeOpenAIServer) -> dict[str, Any]:
+    """Wrap the server's request handling to record how many requests it was serving at once, and when."""
+    seen: dict[str, Any] = {"now": 0, "max": 0, "spans": []}
+    lock = threading.Lock()
+    serve = server._serve
+
+    def tracked(handler, behaviour, body):
+        started = time.monotonic()
+        with lock:
+            seen["now"] += 1
+            seen["max"] = max(seen["max"], seen["now"])
+        try:
+            serve(handler, behaviour, body)
+        finally:
+            with lock:
+                seen["now"] -= 1
+                seen["spans"].append((started, time.monotonic()))
+
+    server._serve = tracked
+    return seen

@@ -441,22 +441,8 @@ def test_the_synchronous_path_is_deterministic(tiny_lm, tmp_path) -> None:
 def test_an_openai_server_gets_llm_concurrency_refinements_side_by_side(tmp_path, monkeypatch) -> None:
     pytest.importorskip("openai")
     monkeypatch.setenv("ACE_TEST_OPENAI_KEY", "sk-test")
-    in_flight = {"now": 0, "max": 0}
-    lock = threading.Lock()
     with fixtures.FakeOpenAIServer(default="sleep", sleep_s=0.1, lifetime_s=120) as server:
-        serve = server._serve
-
-        def tracked(handler, behaviour, body):
-            with lock:
-                in_flight["now"] += 1
-                in_flight["max"] = max(in_flight["max"], in_flight["now"])
-            try:
-                serve(handler, behaviour, body)
-            finally:
-                with lock:
-                    in_flight["now"] -= 1
-
-        server._serve = tracked
+        in_flight = fixtures.track_in_flight(server)
         cfg = load_config(None, [
             *TINY, "llm.backend=openai", f"llm.base_url={server.base_url}", "llm.model=fake",
             "llm.api_key_env=ACE_TEST_OPENAI_KEY", "llm.concurrency=2", "llm.top_logprobs=5", "llm.timeout_s=10",

@@ -308,26 +308,6 @@ def test_the_server_stops_by_itself() -> None:
 
 
 # ---------------------------------------------------------------------------------------- concurrency
-def _track_in_flight(server) -> dict[str, Any]:
-    """Wrap the server's request handling to record how many requests it was serving at once, and when."""
-    seen: dict[str, Any] = {"now": 0, "max": 0, "spans": []}
-    lock = threading.Lock()
-    serve = server._serve
-
-    def tracked(handler, behaviour, body):
-        started = time.monotonic()
-        with lock:
-            seen["now"] += 1
-            seen["max"] = max(seen["max"], seen["now"])
-        try:
-            serve(handler, behaviour, body)
-        finally:
-            with lock:
-                seen["now"] -= 1
-                seen["spans"].append((started, time.monotonic()))
-
-    server._serve = tracked
-    return seen
 
 
 def _numbered_answers(path: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -343,7 +323,7 @@ def _numbered_answers(path: str, body: dict[str, Any]) -> dict[str, Any]:
 def test_n_concurrent_requests_overlap_in_time_and_keep_their_order() -> None:
     prompts = [f"prompt {k}" for k in range(6)]
     with FakeOpenAIServer(default="sleep", sleep_s=0.4, responder=_numbered_answers, lifetime_s=30) as server:
-        seen = _track_in_flight(server)
+        seen = fixtures.track_in_flight(server)
         b = _backend(server, concurrency=3)
         started = time.monotonic()
         lp = b.next_token_logprobs_many(prompts, ["GOOD", "BAD"])
@@ -359,7 +339,7 @@ def test_n_concurrent_requests_overlap_in_time_and_keep_their_order() -> None:
 
 def test_requests_from_many_threads_never_exceed_the_concurrency() -> None:
     with FakeOpenAIServer(default="sleep", sleep_s=0.25, lifetime_s=30) as server:
-        seen = _track_in_flight(server)
+        seen = fixtures.track_in_flight(server)
         b = _backend(server, concurrency=2)
         threads = [threading.Thread(target=b.generate, args=("hi",)) for _ in range(5)]
         for t in threads:

@@ -29,23 +29,30 @@ struct Out {
     }
 };
 
+// One transition's input columns (n = 1); the LLM-only columns stay unset.
+TransitionsIn one(const float* obs, const float* nxt, const std::int64_t* action, const float* reward, const bool* done,
+                  const bool* trunc, const std::int64_t* episode, const std::int64_t* decision) {
+    TransitionsIn in;
+    in.n = 1;
+    in.obs_dim = kD;
+    in.obs = obs;
+    in.next_obs = nxt;
+    in.action = action;
+    in.reward = reward;
+    in.done = done;
+    in.truncated = trunc;
+    in.episode = episode;
+    in.decision = decision;
+    return in;
+}
+
 // Adds one RL transition whose observations encode (episode, decision).
 std::int64_t add(MixedReplay& r, std::int64_t ep, std::int64_t t, bool done = false, bool trunc = false) {
     const float obs[kD] = {static_cast<float>(ep), static_cast<float>(t), 0.f};
     const float nxt[kD] = {static_cast<float>(ep), static_cast<float>(t + 1), 0.f};
     const std::int64_t action = t;
     const float reward = static_cast<float>(t);
-    TransitionsIn in;
-    in.n = 1;
-    in.obs_dim = kD;
-    in.obs = obs;
-    in.next_obs = nxt;
-    in.action = &action;
-    in.reward = &reward;
-    in.done = &done;
-    in.truncated = &trunc;
-    in.episode = &ep;
-    in.decision = &t;
+    const TransitionsIn in = one(obs, nxt, &action, &reward, &done, &trunc, &ep, &t);
     std::int64_t h = -1;
     r.add_rl(in, &h);
     return h;
@@ -58,17 +65,7 @@ std::int64_t add_llm(MixedReplay& r, std::int64_t i, float improvement, bool val
     const std::int64_t action = i, episode = 9;
     const float reward = 0.f;
     const bool no = false;
-    TransitionsIn in;
-    in.n = 1;
-    in.obs_dim = kD;
-    in.obs = obs;
-    in.next_obs = nxt;
-    in.action = &action;
-    in.reward = &reward;
-    in.done = &no;
-    in.truncated = &no;
-    in.episode = &episode;
-    in.decision = &i;
+    TransitionsIn in = one(obs, nxt, &action, &reward, &no, &no, &episode, &i);
     in.improvement = &improvement;
     in.valid = &valid;
     std::int64_t h = -1;
@@ -105,17 +102,7 @@ ACE_TEST(replay_refuses_negative_actions_from_any_caller) {
     const std::int64_t action = -1, ep = 0, decision = 0;
     const float reward = 0.f;
     const bool no = false;
-    TransitionsIn in;
-    in.n = 1;
-    in.obs_dim = kD;
-    in.obs = obs;
-    in.next_obs = obs;
-    in.action = &action;
-    in.reward = &reward;
-    in.done = &no;
-    in.truncated = &no;
-    in.episode = &ep;
-    in.decision = &decision;
+    const TransitionsIn in = one(obs, obs, &action, &reward, &no, &no, &ep, &decision);
     std::int64_t h = -1;
     CHECK_THROWS(r.add_rl(in, &h), std::invalid_argument);  // the invariant load() checks holds for C++ callers too
     CHECK(r.rl_size() == 0 && r.check_invariants().empty());
