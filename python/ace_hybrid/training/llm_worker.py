@@ -46,7 +46,6 @@ __all__ = ["OVERFLOW", "Done", "InlineWorker", "Job", "LLMWorker", "QueueStats"]
 log = logging.getLogger(__name__)
 
 
-
 class Job(Protocol):
     """A unit of work for the worker."""
 
