@@ -171,6 +171,20 @@ def test_first_step_loss_is_the_answer_token_cross_entropy(tiny_dir: pathlib.Pat
     assert stats.losses[0] == pytest.approx(-np.mean(expected), rel=1e-4)
 
 
+@pytest.mark.parametrize("micro, checkpointing", [(1, True), (3, False), (4, True)])
+def test_a_step_in_micro_batches_is_the_one_pass_step(tiny_dir: pathlib.Path, micro: int, checkpointing: bool) -> None:
+    """Accumulated micro-batches (with or without activation checkpointing) give the one-pass step's loss and
+    update: the same adapter afterwards, hence the same scores."""
+    one = _backend(tiny_dir, lora_micro_batch=len(PAIRS), lora_checkpointing=False)
+    split = _backend(tiny_dir, lora_micro_batch=micro, lora_checkpointing=checkpointing)
+    a = one.finetune(PAIRS, epochs=2, batch_size=len(PAIRS))
+    b = split.finetune(PAIRS, epochs=2, batch_size=len(PAIRS))
+    np.testing.assert_allclose(b.losses, a.losses, rtol=1e-4)
+    np.testing.assert_allclose(split.score_candidates(PROMPT, CANDIDATES).logprobs,
+                               one.score_candidates(PROMPT, CANDIDATES).logprobs, atol=1e-4)
+    assert a.losses[1] < a.losses[0]  # the second step saw the first one's update
+
+
 def test_twenty_lora_steps_reduce_the_answer_loss(tiny_dir: pathlib.Path) -> None:
     b = _backend(tiny_dir)
     before = np.array([b.score_candidates(p, [a]).logprobs[0] for p, a in PAIRS])
@@ -298,6 +312,8 @@ def test_config_defaults_validate() -> None:
         ({"lora_rank": 0}, "lora_rank"),
         ({"lora_lr": 0.0}, "lora_lr"),
         ({"lora_batch_size": True}, "lora_batch_size"),
+        ({"lora_micro_batch": 0}, "lora_micro_batch"),
+        ({"lora_checkpointing": 1}, "lora_checkpointing"),
     ],
 )
 def test_invalid_config_names_the_field_value_and_range(changes: dict, field: str) -> None:

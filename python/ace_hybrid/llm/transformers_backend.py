@@ -225,7 +225,8 @@ class TransformersBackend:
         """
         torch = self._torch
         ids, mask, positions = self._left_padded(sequences)
-        kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": mask, "position_ids": positions}
+        kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": mask, "position_ids": positions,
+                                  "use_cache": False}  # one pass, nothing to reuse (and none under checkpointing)
         if self._has_logits_to_keep:
             kwargs["logits_to_keep"] = tail + 1
         logits = self.model(**kwargs).logits[:, -(tail + 1) : -1, :]
@@ -530,23 +531,20 @@ class TransformersBackend:
             optimizer = torch.optim.AdamW(params, lr=float(lr))
             generator = torch.Generator().manual_seed(cfg.seed + self._finetune_calls)
             self._finetune_calls += 1
+            if cfg.lora_checkpointing:
+                self._enable_checkpointing()
             self.model.train()
             try:
                 for _ in range(epochs):
                     order = torch.randperm(len(examples), generator=generator).tolist()
                     for start in range(0, len(order), batch_size):
                         batch = [examples[j] for j in order[start : start + batch_size]]
-                        tail = max(len(a) for _, a in batch)
-                        lp, _ = self._tail_logprobs([p + a for p, a in batch], tail)
-                        lens = torch.tensor([len(a) for _, a in batch], device=lp.device)
-                        in_answer = torch.arange(tail, device=lp.device)[None, :] >= (tail - lens)[:, None]
-                        loss = -(lp * in_answer).sum() / in_answer.sum()
-                        if not torch.isfinite(loss):
-                            raise LLMError(f"non-finite fine-tuning loss {loss.item()}", backend=self.name, kind="model")
                         optimizer.zero_grad(set_to_none=True)
-                        loss.backward()
+                        loss = self._accumulate_answer_loss(batch, cfg.lora_micro_batch)
+                        if not np.isfinite(loss):
+                            raise LLMError(f"non-finite fine-tuning loss {loss}", backend=self.name, kind="model")
                         optimizer.step()
-                        losses.append(float(loss.item()))
+                        losses.append(loss)
                         self._stats["finetune_steps"] += 1
                         self._stats["tokens_in"] += sum(len(p) + len(a) for p, a in batch)
             finally:
@@ -555,6 +553,35 @@ class TransformersBackend:
         return FinetuneStats(
             len(losses), epochs, len(items), n_answer, tuple(losses), trainable, time.perf_counter() - started
         )
+
+    def _enable_checkpointing(self) -> None:
+        """Activation checkpointing, non-reentrant (it works with frozen embeddings, no input grads needed); it
+        is idle in eval mode. transformers >= 5 renamed the switch."""
+        base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+        kwargs = {"use_reentrant": False}
+        if hasattr(base, "activation_checkpointing_enable"):
+            if not base.is_activation_checkpointing:
+                base.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+        elif not base.is_gradient_checkpointing:
+            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+    def _accumulate_answer_loss(self, batch: Sequence[tuple[list[int], list[int]]], micro: int) -> float:
+        """Backward of one step's loss -- the mean log-loss over the answer tokens of every pair in ``batch`` --
+        in passes of ``micro`` pairs: each pass adds its answer tokens' summed loss divided by the step's token
+        count, so the accumulated gradient is the whole step's. Returns the step's loss."""
+        torch = self._torch
+        total = sum(len(a) for _, a in batch)
+        loss = 0.0
+        for start in range(0, len(batch), micro):
+            part = batch[start : start + micro]
+            tail = max(len(a) for _, a in part)
+            lp, _ = self._tail_logprobs([p + a for p, a in part], tail)
+            lens = torch.tensor([len(a) for _, a in part], device=lp.device)
+            in_answer = torch.arange(tail, device=lp.device)[None, :] >= (tail - lens)[:, None]
+            piece = -(lp * in_answer).sum() / total
+            piece.backward()
+            loss += float(piece.item())
+        return loss
 
     def _new_adapter_name(self) -> str:
         self._adapter_serial += 1
