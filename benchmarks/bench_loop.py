@@ -1,0 +1,219 @@
+"""Training throughput: environment steps/s, decisions/s and updates/s of SAC-only and ACE, and of 1 and 2 rollout
+workers (local processes and Ray), in one run; then where a learner saturates as workers grow.
+
+Rows (make run's configuration, ``experiments/make_run.toml``'s ``set`` and ``ace_set``, on
+l2rpn_neurips_2020_track1):
+
+* SAC-only and ACE (the embedded SmolLM2, its LLM on the worker thread) in the in-process loop (``train.workers = 0``),
+  at make run's 4 updates per decision: the LLM's cost to the loop. ACE's rate is taken over the loop (its
+  ``train_seconds`` less the final drain of the LLM queue, reported apart: a fixed cost at the end of a run, not a
+  per-step one);
+* SAC-only with 1 and 2 rollout workers, environment-bound (``train.updates_per_decision = 0``), with the local and the
+  Ray executor: what parallel workers buy on this machine;
+* SAC-only with 2 local workers at 4 updates per decision: the learner's side.
+
+The variants run interleaved ``--repeats`` times; every ratio is taken within a repeat (the machine is shared), and
+the table gives each repeat's. From the measured costs -- seconds per environment step of one worker, decisions per
+environment step, seconds per SAC update -- ``docs/learner_saturation.md`` computes (arithmetic, stated as such)
+how many workers one learner process keeps up with.
+
+    OMP_WAIT_POLICY=PASSIVE PYTHONPATH=python python benchmarks/bench_loop.py --output benchmarks/RESULTS.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+import tomllib
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compare_peers import markdown_table, update_markdown  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "configs" / "l2rpn_neurips_2020_track1.toml"
+SATURATION_PAGE = ROOT / "docs" / "learner_saturation.md"
+WORKER_COUNTS = (1, 2, 4, 8, 16, 32, 64)
+
+SAC = "SAC-only, in-process"
+ACE = "ACE (smollm2), in-process"
+LOCAL = "SAC-only, {n} local worker(s), env-bound"
+RAY = "SAC-only, {n} Ray worker(s), env-bound"
+LEARN = "SAC-only, 2 local workers, 4 updates/decision"
+
+
+def make_run_overrides() -> tuple[list[str], list[str]]:
+    """make run's ``set`` (every training row) and ``ace_set`` (the ACE row), read from the experiment file."""
+    spec = tomllib.loads((ROOT / "experiments" / "make_run.toml").read_text())
+    keep = [s for s in spec["set"] if not s.startswith(("train.total_env_steps", "train.eval_every",
+                                                        "train.checkpoint_every", "env.eval_pairs"))]
+    return keep, list(spec["ace_set"])
+
+
+def variants(ray: bool, only: str | None = None) -> dict[str, list[str]]:
+    common, ace = make_run_overrides()
+    bound = [*common, "train.updates_per_decision=0", "llm.backend=none"]
+    out = {SAC: [*common, "llm.backend=none"]}
+    if only != "workers":
+        out[ACE] = [*common, *ace]
+    if only == "llm":
+        return out
+    for n in (1, 2):
+        out[LOCAL.format(n=n)] = [*bound, f"train.workers={n}", "train.executor=local"]
+    if ray:
+        for n in (1, 2):
+            out[RAY.format(n=n)] = [*bound, f"train.workers={n}", "train.executor=ray"]
+    out[LEARN] = [*common, "llm.backend=none", "train.workers=2", "train.executor=local"]
+    return out
+
+
+def run_once(overrides: list[str], steps: int, seed: int) -> dict:
+    """One training run of ``steps`` environment steps; its rates and the costs the saturation page needs."""
+    from ace_hybrid.config import load_config
+    from ace_hybrid.training.loop import train
+
+    base = [f"train.total_env_steps={steps}", "train.eval_every=0", f"train.checkpoint_every={10 * steps}",
+            "log.tensorboard=false", "log.progress=false", f"train.seed={seed}", "env.eval_pairs=[[0, 10]]",
+            "env.eval_max_steps=1", "train.torch_threads=1"]
+    cfg = load_config(CONFIG, [*overrides, *base])
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        s = train(cfg, Path(tmp) / "run")
+        wall = time.perf_counter() - t0
+    queue = s.get("llm", {}).get("queue", {})
+    drain = float(queue.get("drain_seconds", 0.0))
+    rates = s.get("rates", {})
+    loop_seconds = s["train_seconds"] - drain - s["time_split"]["eval"]
+    return {"env_steps": s["env_steps"], "decisions": s["decisions"], "updates": s["updates"], "wall": wall,
+            "loop_seconds": loop_seconds, "drain": drain, "update_seconds": s["time_split"]["update"],
+            "env_seconds": s["time_split"]["env"] + s["time_split"]["reset"],
+            "steps_per_s": rates.get("env_steps_per_s", s["env_steps"] / loop_seconds),
+            "decisions_per_s": rates.get("decisions_per_s", s["decisions"] / loop_seconds),
+            "updates_per_s": rates.get("learner_updates_per_s", s["updates"] / loop_seconds),
+            "worker_steps_per_s": rates.get("worker_env_steps_per_s"), "startup": rates.get("startup_seconds", 0.0),
+            "llm_calls": s.get("llm", {}).get("calls"), "accepted": s.get("llm", {}).get("accepted")}
+
+
+def measure(steps: int, repeats: int, seed: int, ray: bool, only: str | None) -> dict[str, list[dict]]:
+    plan = variants(ray, only)
+    results: dict[str, list[dict]] = {label: [] for label in plan}
+    for r in range(repeats):
+        for label, overrides in plan.items():
+            res = run_once(overrides, steps, seed)  # the Ray executor starts (and stops) a local Ray itself
+            results[label].append(res)
+            print(f"[loop] repeat {r + 1} {label}: {res['steps_per_s']:.1f} env steps/s, "
+                  f"{res['updates_per_s']:.1f} updates/s (wall {res['wall']:.0f} s, drain {res['drain']:.0f} s)",
+                  flush=True)
+    return results
+
+
+def ratios(results: dict[str, list[dict]]) -> list[tuple[str, list[float]]]:
+    """Per-repeat ratios of the issue's goals."""
+
+    def per_repeat(a: str, b: str) -> list[float]:
+        return [x["steps_per_s"] / y["steps_per_s"] for x, y in zip(results[a], results[b])]
+
+    out = []
+    if ACE in results:
+        out.append(("ACE / SAC-only, env steps/s (goal >= 0.8)", per_repeat(ACE, SAC)))
+    if LOCAL.format(n=2) in results:
+        out.append(("2 / 1 local workers, env-bound (goal >= 1.6)", per_repeat(LOCAL.format(n=2), LOCAL.format(n=1))))
+    if RAY.format(n=2) in results:
+        out += [("2 / 1 Ray workers, env-bound", per_repeat(RAY.format(n=2), RAY.format(n=1))),
+                ("Ray / local, 2 workers (goal >= 0.85)", per_repeat(RAY.format(n=2), LOCAL.format(n=2))),
+                ("Ray / local, 1 worker", per_repeat(RAY.format(n=1), LOCAL.format(n=1)))]
+    return out
+
+
+def saturation(results: dict[str, list[dict]]) -> tuple[str, dict[str, float]]:
+    """Arithmetic from measured costs: the learner needs ``updates_per_decision x decisions per step x seconds per
+    update`` seconds for each environment step; N workers deliver ``N x steps/s of one worker`` (the 1-worker
+    env-bound rate, assuming one core per worker). The learner saturates when that demand reaches one second per
+    second (one core)."""
+    one = results[LOCAL.format(n=1)]
+    per_worker = float(np.median([r["worker_steps_per_s"] or r["steps_per_s"] for r in one]))
+    sac = results[SAC]
+    dec_per_step = float(np.median([r["decisions"] / r["env_steps"] for r in sac]))
+    sec_per_update = float(np.median([r["update_seconds"] / max(r["updates"], 1) for r in sac]))
+    upd = 4
+    demand = upd * dec_per_step * sec_per_update  # learner seconds per environment step
+    n_star = 1.0 / (per_worker * demand)
+    rows = []
+    for n in WORKER_COUNTS:
+        offered = n * per_worker
+        load = offered * demand
+        steps = offered if load <= 1 else 1.0 / demand
+        rows.append([str(n), f"{offered:,.0f}", f"{100 * load:,.0f}%", f"{steps:,.0f}",
+                     "learner-bound" if load > 1 else "worker-bound"])
+    costs = {"per_worker": per_worker, "dec_per_step": dec_per_step, "sec_per_update": sec_per_update,
+             "n_star": n_star, "demand": demand}
+    table = markdown_table(["workers", "steps/s offered", "learner load (4 updates/decision)",
+                            "steps/s trained", "bound"], rows)
+    return table, costs
+
+
+def report(results: dict[str, list[dict]], steps: int, repeats: int) -> tuple[str, str]:
+    rows = []
+    for label, runs in results.items():
+        for r, res in enumerate(runs):
+            rows.append([str(r + 1), label, f"{res['steps_per_s']:,.1f}", f"{res['decisions_per_s']:,.2f}",
+                         f"{res['updates_per_s']:,.1f}", f"{res['wall']:.0f} s",
+                         f"{res['drain']:.0f} s" if res["drain"] else "-", f"{res['startup']:.1f} s",
+                         "-" if res["llm_calls"] is None else f"{res['llm_calls']} / {res['accepted']}"])
+    table = markdown_table(["repeat", "loop", "env steps/s", "decisions/s", "updates/s", "wall", "LLM drain",
+                            "worker start-up", "LLM calls / accepted"], rows)
+    ratio_rows = [[name, ", ".join(f"{v:.2f}" for v in vals), f"{np.median(vals):.2f}"]
+                  for name, vals in ratios(results)]
+    body = (f"{steps:,} environment steps per run, make run's configuration (`experiments/make_run.toml`), 1 torch "
+            f"thread, {repeats} interleaved repeat(s); rates over the loop (rollout workers: from their first "
+            "batch; ACE: without the final drain of its LLM queue).\n\n" + table + "\n\nRatios, taken within each "
+            "repeat:\n\n" + markdown_table(["ratio", "per repeat", "median"], ratio_rows))
+    if LOCAL.format(n=1) not in results:
+        return body, ""
+    sat_table, c = saturation(results)
+    page = (f"Measured by `benchmarks/bench_loop.py` ({steps:,} steps per run): one worker steps "
+            f"{c['per_worker']:,.0f} environment steps/s; the agent decides at {c['dec_per_step']:.3f} of the steps "
+            f"(danger states); one SAC update over make run's action set costs {1e3 * c['sec_per_update']:.1f} ms. "
+            f"At 4 updates per decision the learner needs {1e3 * c['demand']:.2f} ms per environment step, so one "
+            f"learner core keeps up with about **{c['n_star']:.1f} workers** (N* = 1 / (steps/s per worker x "
+            "updates per decision x decisions per step x seconds per update)). This is arithmetic from the measured "
+            "costs, not a measurement at 64 workers: it assumes one core per worker and a learner that does nothing "
+            "but update.\n\n" + sat_table)
+    return body, page
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int, default=3000, help="environment steps per run (default 3000)")
+    p.add_argument("--repeats", type=int, default=2, help="interleaved repeats (default 2)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-ray", action="store_true", help="skip the Ray rows")
+    p.add_argument("--only", choices=("llm", "workers"), help="only SAC-only and ACE in-process (llm), or only "
+                   "the SAC-only rows (workers)")
+    p.add_argument("--output", type=Path, help="markdown file whose bench_loop section to write between markers")
+    args = p.parse_args(argv)
+    for name in ("steps", "repeats"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name} = {getattr(args, name)} must be >= 1")
+    results = measure(args.steps, args.repeats, args.seed, ray=not args.no_ray, only=args.only)
+    body, page = report(results, args.steps, args.repeats)
+    command = ("Command: `OMP_WAIT_POLICY=PASSIVE PYTHONPATH=python python benchmarks/bench_loop.py "
+               f"--steps {args.steps} --repeats {args.repeats}{' --no-ray' if args.no_ray else ''}"
+               f"{f' --only {args.only}' if args.only else ''} "
+               "--output benchmarks/RESULTS.md`")
+    section = f"### Training throughput: the LLM, rollout workers, Ray\n\n{command}\n\n{body}\n"
+    print(section)
+    print(page)
+    if args.output:
+        update_markdown(args.output, "bench_loop", section)
+        if page:
+            update_markdown(SATURATION_PAGE, "bench_loop", f"{command}\n\n{page}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
