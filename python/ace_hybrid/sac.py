@@ -258,6 +258,38 @@ class _ActionEncoder(nn.Module):
                                 per_sample_weights=self.feats.val.index_select(0, actions), mode="sum")
         return self.out(F.relu(z + self.feature_bias))
 
+    def embed_all_into(self, out: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+        """e(a) of every action written into ``out`` (n, k), without autograd (feature encoder only).
+
+        ``hidden`` (n, k) receives the hidden layer relu(sum_f phi_f(a) W1[f] + c1), which :meth:`backward_all`
+        needs. Both are buffers kept by the caller: a fresh (n, k) tensor is a fresh 17 MB allocation at
+        n = 67,105, and its page faults made :meth:`forward` (four of them) ~3x slower than this (measured)."""
+        with torch.no_grad():
+            z = F.embedding_bag(self.feats.idx, self.feature_weight, per_sample_weights=self.feats.val, mode="sum")
+            torch.add(z, self.feature_bias, out=hidden).relu_()
+            return torch.addmm(self.out.bias, hidden, self.out.weight.t().contiguous(), out=out)
+
+    def backward_all(self, d_emb: torch.Tensor, hidden: torch.Tensor, scratch: torch.Tensor) -> None:
+        """Adds to the parameters' ``.grad`` the gradient of ``sum(d_emb * e)`` over all actions, given the
+        ``hidden`` layer :meth:`embed_all_into` left; ``scratch`` (n, k) is overwritten. The backward pass of
+        :meth:`forward` written out (Linear, ReLU, the feature sum through the transposed CSR features), into
+        buffers instead of fresh (n, k) tensors."""
+        with torch.no_grad():
+            _accumulate_grad(self.out.weight, d_emb.t() @ hidden)
+            _accumulate_grad(self.out.bias, d_emb.sum(0))
+            d_hidden = torch.mm(d_emb, self.out.weight, out=scratch)
+            torch.ops.aten.threshold_backward.grad_input(d_hidden, hidden, 0.0, grad_input=d_hidden)  # ReLU
+            _accumulate_grad(self.feature_bias, d_hidden.sum(0))
+            _accumulate_grad(self.feature_weight, torch.sparse.mm(self.feats.phi_t, d_hidden))
+
+
+def _accumulate_grad(param: torch.Tensor, grad: torch.Tensor) -> None:
+    """``param.grad += grad`` as autograd would accumulate it (``grad`` becomes it when there was none)."""
+    if param.grad is None:
+        param.grad = grad
+    else:
+        param.grad.add_(grad)
+
 
 class _ScoreNet(nn.Module):
     """obs -> one score per action (policy logits or Q values), with a linear or a low-rank head.
@@ -294,6 +326,36 @@ class _ScoreNet(nn.Module):
         if self.lowrank:
             return self.encoder(), self.bias
         return self.linear.weight, self.linear.bias
+
+    @property
+    def encodes_features(self) -> bool:
+        """The head's E comes from the feature encoder (not a parameter itself): it needs buffers."""
+        return self.lowrank and self.encoder.feats is not None
+
+    def action_factors_into(self, out: torch.Tensor | None,
+                            hidden: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`action_factors` without autograd; the feature encoder writes E into ``out`` and its hidden layer
+        into ``hidden`` (both (n, k), needed when :meth:`encodes_features`, else ignored)."""
+        if self.encodes_features:
+            assert out is not None and hidden is not None
+            return self.encoder.embed_all_into(out, hidden), self.bias.detach()
+        emb, bias = self.action_factors()
+        return emb.detach(), bias.detach()
+
+    def backward_action_factors(self, d_emb: torch.Tensor, d_bias: torch.Tensor, hidden: torch.Tensor | None,
+                                scratch: torch.Tensor | None) -> None:
+        """Adds to the parameters' ``.grad`` the gradient of ``sum(d_emb * E) + sum(d_bias * bias)``; ``hidden`` is
+        what :meth:`action_factors_into` left there for the current parameters, ``scratch`` is overwritten."""
+        if not self.lowrank:
+            _accumulate_grad(self.linear.weight, d_emb)
+            _accumulate_grad(self.linear.bias, d_bias)
+            return
+        _accumulate_grad(self.bias, d_bias)
+        if self.encoder.feats is None:
+            _accumulate_grad(self.encoder.table, d_emb)
+        else:
+            assert hidden is not None and scratch is not None
+            self.encoder.backward_all(d_emb, hidden, scratch)
 
     def state_factor(self, obs: torch.Tensor) -> torch.Tensor:
         """h: (B, k), the state half of the scores."""
@@ -399,6 +461,7 @@ class DiscreteSAC:
         self._n_updates = 0
         self._imitation_loss: float | None = None
         self._factor_cache: dict[str, list[Any]] = {}  # name -> [key, E, bias, contiguous E.T or None]
+        self._buffers: dict[str, torch.Tensor] = {}  # (n, k) buffers kept between updates (:meth:`_buffer`)
         self._workspace: _Workspace | None = None
 
     # ---------------------------------------------------------------------------------- properties
@@ -415,37 +478,55 @@ class DiscreteSAC:
 
     # ---------------------------------------------------------------------------------- acting
 
-    def _factors(self, name: str, *, graph: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """(E, bias) of network ``name``: (n, k) and (n,), without gradient unless ``graph``.
+    def _buffer(self, name: str, rows: int, cols: int) -> torch.Tensor:
+        """A (rows, cols) float32 buffer kept between updates: a fresh (n, k) tensor per use is a fresh 17 MB
+        allocation at n = 67,105 whose page faults cost more than the arithmetic that fills it (measured)."""
+        buf = self._buffers.get(name)
+        if buf is None or buf.shape != (rows, cols):
+            buf = self._buffers[name] = torch.empty(rows, cols, dtype=_DTYPE, device=self.device)
+        return buf
+
+    def _encoder_buffers(self, name: str) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """(E, hidden) buffers of network ``name``'s feature encoder (None, None for other heads). E is the
+        network's own; hidden is the actor's own (its backward pass needs it) and shared by the critics."""
+        if not self.actor.encodes_features:
+            return None, None
+        n, k = self.n_actions, self.cfg.embed_dim
+        return (self._buffer(f"{name}.emb", n, k),
+                self._buffer("actor.hidden" if name == "actor" else "hidden", n, k))
+
+    def _factors(self, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """(E, bias) of network ``name``: (n, k) and (n,), without gradient.
 
         Cached per parameter version: the key is the in-place version counters of the network's parameters,
         which every optimiser step, Polyak update, ``load_state_dict`` or in-place edit advances (edits through
-        ``.data`` bypass the counter: call ``_factor_cache.clear()`` after those). The actor's E is computed with
-        its autograd graph and kept until its parameters change, so one encoder pass serves acting, both passes
-        of the next update and that update's backward pass (``graph=True`` returns the tensors with gradient)."""
+        ``.data`` bypass the counter: call ``_factor_cache.clear()`` after those). One encoder pass per parameter
+        version serves acting, both passes of the next update and (the actor's) that update's backward pass,
+        which :meth:`_ScoreNet.backward_action_factors` takes by hand from the kept hidden layer. The feature
+        encoder writes into buffers kept between versions (:meth:`_buffer`), so a returned E is valid until the
+        network's parameters change."""
         net = getattr(self, name)
         key = tuple(p._version for p in net.parameters())
         hit = self._factor_cache.get(name)
         if hit is None or hit[0] != key:
-            with torch.set_grad_enabled(name == "actor"):
-                emb, bias = net.action_factors()
+            emb, bias = net.action_factors_into(*self._encoder_buffers(name))
             hit = [key, emb, bias, None]
             self._factor_cache[name] = hit
-        if graph:
-            return hit[1], hit[2]
-        return hit[1].detach(), hit[2].detach()
+        return hit[1], hit[2]
 
     def _scores(self, name: str, obs: torch.Tensor) -> torch.Tensor:
         """(B, n) scores of network ``name`` without gradient, for acting (action factors from the cache).
 
-        Acting multiplies by E.T made contiguous once per parameter version: a (1, k) x (k, n) product streams it
-        once, ~5x faster on a CPU than the same product over the row-major E (measured, n = 67,105, k = 64)."""
+        Acting multiplies by E.T made contiguous once per parameter version (into a kept buffer): a (1, k) x
+        (k, n) product streams it once, ~5x faster on a CPU than the same product over the row-major E (measured,
+        n = 67,105, k = 64)."""
         self._factors(name)
         hit = self._factor_cache[name]
         if hit[3] is None:
-            hit[3] = hit[1].detach().t().contiguous()
+            emb = hit[1]
+            hit[3] = self._buffer(f"{name}.emb_t", emb.shape[1], emb.shape[0]).copy_(emb.t())
         with torch.no_grad():
-            return torch.addmm(hit[2].detach(), getattr(self, name).state_factor(obs), hit[3])
+            return torch.addmm(hit[2], getattr(self, name).state_factor(obs), hit[3])
 
     def _one_state(self, obs: np.ndarray, mask: np.ndarray) -> tuple[torch.Tensor, np.ndarray]:
         o = _float_array(obs, "obs", (self.obs_dim,))
@@ -532,10 +613,10 @@ class DiscreteSAC:
         b = self._batch(obs, action, reward, next_obs, done, weight, mask, next_mask, steps, imitation)
         alpha = float(self.log_alpha.detach().exp())
         ws = self._workspace_for(b["obs"].shape[0])
-        # The actor's action factors with their graph (cached since acting, or made now): both passes use their
-        # values, the actor step back-propagates into the encoder through them (the critic step leaves the actor).
-        emb, bias = self._factors("actor", graph=True)
-        y = self._soft_target(b, alpha, ws, emb.detach(), bias.detach())
+        # The actor's action factors (cached since acting, or made now): both passes use them, and the actor
+        # step back-propagates into the encoder from the hidden layer they left (the critic step leaves the actor).
+        emb, bias = self._factors("actor")
+        y = self._soft_target(b, alpha, ws, emb, bias)
         critic_loss, q_a, gn_critic = self._critic_step(b, y)
         step = self._actor_step_sampled if self.cfg.policy_samples else self._actor_step
         actor_loss, entropy, gn_actor = step(b, alpha, ws, emb, bias)
@@ -557,10 +638,15 @@ class DiscreteSAC:
             metrics["imitation_loss"] = self._imitation_loss
         return UpdateResult(td.cpu().numpy().astype(np.float32, copy=False), metrics)
 
-    def _apply_actor_gradient(self, tensors: list[torch.Tensor], grads: list[torch.Tensor]) -> torch.Tensor:
-        """Back-propagate the hand-made gradients of the actor's factors, clip, step; returns the gradient norm."""
+    def _apply_actor_gradient(self, h: torch.Tensor, d_h: torch.Tensor, d_emb: torch.Tensor,
+                              d_bias: torch.Tensor) -> torch.Tensor:
+        """Back-propagate the hand-made gradients of the actor's factors (h through the trunk by autograd, E and
+        the bias by :meth:`_ScoreNet.backward_action_factors`), clip, step; returns the gradient norm."""
         self.actor_opt.zero_grad(set_to_none=True)
-        torch.autograd.backward(tensors, grads)
+        h.backward(d_h)
+        hidden, scratch = (None, None) if not self.actor.encodes_features else (
+            self._encoder_buffers("actor")[1], self._encoder_buffers("q1")[1])
+        self.actor.backward_action_factors(d_emb, d_bias, hidden, scratch)
         norm = torch.nn.utils.clip_grad_norm_(self.actor.parameters(), self.cfg.grad_clip)
         self.actor_opt.step()
         return norm
@@ -628,15 +714,16 @@ class DiscreteSAC:
         by hand (:func:`_policy_gradient`), then autograd takes it through the trunk and the encoder."""
         obs = b["obs"]
         h = self.actor.state_factor(obs)
-        pi = _Factors(h.detach(), emb.detach(), bias.detach())
+        pi = _Factors(h.detach(), emb, bias)
         with torch.no_grad():
             st = _soft_stream(pi, self._stream_factors("q1", obs), self._stream_factors("q2", obs), b["mask"],
                               alpha, ws, "grad")
             loss = (-st.mean_w - alpha * st.log_z).mean()
             entropy = st.log_z - st.mean_z
-            d_h, d_emb, d_bias = _policy_gradient(pi, st, ws, 1.0 / obs.shape[0])
+            d_h, d_emb, d_bias = _policy_gradient(pi, st, ws, 1.0 / obs.shape[0],
+                                                  self._buffer("actor.d_emb", *pi.emb.shape))
             self._add_imitation(pi, b, d_h, d_emb, d_bias)
-        return loss, entropy, self._apply_actor_gradient([h, emb, bias], [d_h, d_emb, d_bias])
+        return loss, entropy, self._apply_actor_gradient(h, d_h, d_emb, d_bias)
 
     def _actor_step_sampled(self, b: dict[str, torch.Tensor], alpha: float, ws: _Workspace, emb: torch.Tensor,
                             bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -651,7 +738,7 @@ class DiscreteSAC:
         obs = b["obs"]
         bsz = obs.shape[0]
         h = self.actor.state_factor(obs)
-        pi = _Factors(h.detach(), emb.detach(), bias.detach())
+        pi = _Factors(h.detach(), emb, bias)
         with torch.no_grad():
             st = _soft_stream(pi, None, None, b["mask"], alpha, ws, "sample")
             actions = _sample_actions(st, ws, self.cfg.policy_samples, self._policy_generator)
@@ -667,7 +754,7 @@ class DiscreteSAC:
             d_emb = torch.zeros_like(pi.emb).index_add_(0, flat, (coef[:, :, None] * pi.h[:, None, :]).flatten(0, 1))
             d_bias = torch.zeros_like(pi.bias).index_add_(0, flat, coef.reshape(-1))
             self._add_imitation(pi, b, d_h, d_emb, d_bias)
-        return loss, entropy, self._apply_actor_gradient([h, emb, bias], [d_h, d_emb, d_bias])
+        return loss, entropy, self._apply_actor_gradient(h, d_h, d_emb, d_bias)
 
     def _alpha_step(self, entropy: torch.Tensor, target_entropy: torch.Tensor) -> torch.Tensor:
         """d loss / d log_alpha = H(s) - target(s): alpha falls while the entropy is above its target and
@@ -1043,8 +1130,8 @@ def _sampled_logit_grad(f: torch.Tensor, scale: float) -> torch.Tensor:
     return (f - f.mean(1, keepdim=True)).mul_(scale / (k - 1))
 
 
-def _policy_gradient(pi: _Factors, st: _Stream, ws: _Workspace,
-                     scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _policy_gradient(pi: _Factors, st: _Stream, ws: _Workspace, scale: float,
+                     d_emb: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients of ``scale * sum_s loss(s)`` with respect to the actor's h (B, k), E (n, k) and bias (n,), from
     the blocks a "grad" :func:`_soft_stream` kept.
 
@@ -1052,11 +1139,13 @@ def _policy_gradient(pi: _Factors, st: _Stream, ws: _Workspace,
     i.e. pi(a|s) (E_pi[w] - w(a)) (the log-derivative term sums to zero); 0 at illegal actions, where the stored
     p is 0. Block j's pi is p_j 2^(M_j - M) / S (base 2, see :class:`_Stream`), a per-state factor that is
     folded into h (for E's gradient) and into the (B, k) partial products (for h's), so each block costs two
-    elementwise passes and two products: ``g_j @ h`` and ``g_j.T @ E_j``."""
+    elementwise passes and two products: ``g_j @ h`` and ``g_j.T @ E_j``. E's gradient is written into ``d_emb``
+    when given (an (n, k) buffer), else into a new tensor."""
     n, k = pi.emb.shape
     bsz = pi.h.shape[0]
     d_h = torch.zeros(bsz, k, dtype=_DTYPE, device=pi.h.device)
-    d_emb = torch.empty(n, k, dtype=_DTYPE, device=pi.h.device)
+    if d_emb is None:
+        d_emb = torch.empty(n, k, dtype=_DTYPE, device=pi.h.device)
     d_bias = torch.empty(n, dtype=_DTYPE, device=pi.h.device)
     part = torch.empty(bsz, k, dtype=_DTYPE, device=pi.h.device)
     c = st.mean_w
