@@ -315,12 +315,10 @@ def reference_update(agent: DiscreteSAC, obs: np.ndarray, action: np.ndarray, re
         for online, target in ((self.q1, self.q1_target), (self.q2, self.q2_target)):
             torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), 1.0 - cfg.polyak)
     self._n_updates += 1
-    # The previous update refreshed the acting cache here: the actor's embeddings, transposed and contiguous
-    # (stored in the current agent's cache layout, so that the next act() uses them as it did then).
-    with torch.no_grad():
-        emb, bias = self.actor.action_factors()
-        self._factor_cache["actor"] = [tuple(p._version for p in self.actor.parameters()), emb, bias,
-                                       emb.t().contiguous()]
+    # The previous update refreshed the acting cache here (the actor's embeddings, transposed and contiguous).
+    # It is refreshed in the current agent's cache layout, at the current (lower) cost, so that the next act()
+    # uses it as it did then.
+    self._scores("actor", b["obs"][:1])
 
     metrics = {
         "critic_loss": float(critic_loss.detach()),
