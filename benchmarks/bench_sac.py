@@ -44,9 +44,10 @@ N_SUB, N_LINE, DIM_TOPO = 36, 59, 177
 THREADS = int(os.environ.get("BENCH_SAC_THREADS", "1"))
 MIN_LOWRANK_SPEEDUP_VS_LINEAR = 1.5
 MIN_SPEEDUP_VS_PREVIOUS = 3.0
-"""The issue's goal, met by the sampled policy gradient (see sac.py: the exact one is bound by 8 (B, n) products)."""
-MIN_EXACT_SPEEDUP_VS_PREVIOUS = 1.8
-"""A regression floor for the exact (default) update; measured 2.0-2.3x on a loaded 2-core machine."""
+"""The issue's goal, asserted for the sampled policy gradient (measured 3.8-4.2x)."""
+MIN_EXACT_SPEEDUP_VS_PREVIOUS = 2.3
+"""A regression floor for the exact (default) update: measured 2.6-3.1x on the shared 2-core machine (four runs), at
+the issue's 3x only in part of them, so the floor sits below it."""
 SAMPLES = 64
 ROUNDS = 5
 HEADS = ("lowrank", "lowrank_free", "linear")

@@ -8,11 +8,11 @@ gradient can optionally be estimated from sampled actions (``SACConfig.policy_sa
 
 Masking
 -------
-Illegal actions get the logit ``torch.finfo(float32).min`` (never ``-inf``: ``0 * -inf`` is NaN), so their
-probability is exactly 0. Every expectation, the entropy and the soft value ignore them: the probabilities are
-multiplied by the 0/1 mask after the exponential, and every value they multiply is finite, so no huge or
-infinite value reaches a sum or a gradient. The entropy of a state is taken over its legal actions, and so is
-its target:
+Illegal actions have probability exactly 0: the probabilities are multiplied by the 0/1 mask after the
+exponential, and every value they multiply is finite, so no huge or infinite value reaches a sum or a gradient.
+Where logits are masked (the rerun of :func:`_soft_stream`, the imitation term, ``policy_probs``) an illegal
+action's logit is ``torch.finfo(float32).min``, never ``-inf`` (``0 * -inf`` is NaN). The entropy of a state is
+taken over its legal actions, and so is its target:
 
     target_entropy(s) = target_entropy_ratio * log(number of legal actions in s)
 
@@ -21,7 +21,7 @@ per state (Christodoulou uses 0.98 * log|A| with a fixed |A| <= 18). Over 67,105
 at random; ratios well below 1 are the usual fix for large or masked discrete spaces (Xu et al. 2021,
 "Target Entropy Annealing for Discrete Soft Actor-Critic"; Zhou et al. 2022, "Revisiting Discrete Soft
 Actor-Critic"). The default 0.5 asks for exp(0.5 log n) = sqrt(n) effective actions (~260 of 67,105, 7 of 50).
-A state with a single legal action has target 0 and entropy 0, so it leaves alpha unchanged.
+A state with a single legal action has target 0 and entropy exactly 0, so it leaves alpha unchanged.
 
 Semi-MDP transitions
 --------------------
@@ -52,7 +52,10 @@ Each of the actor, Q1 and Q2 is an MLP trunk ``obs -> hidden`` followed by a hea
   ``e(a) = W2 relu(sum_f phi_f(a) W1[f] + c1) + c2`` (an ``EmbeddingBag`` over the few non-zeros of each row,
   then one hidden layer, so features interact); each network has its own encoder. Without features, ``e`` is
   a free (n, embed_dim) table. The encoder is state-independent, so it runs once per network and parameter
-  version for all actions, and the critic's regression needs only the B chosen actions' embeddings.
+  version for all actions, and the critic's regression needs only the B chosen actions' embeddings. Over all
+  actions the update never forms e(a) itself: h . (W2 x(a) + c2) + b(a) = (h W2) . x(a) + h . c2 + b(a) with x
+  the encoder's hidden layer, so its output layer is applied on the state side, and the two biases become
+  columns of the factors (:meth:`_ScoreNet.stream_factor`).
   ``benchmarks/bench_sac.py`` measured (previous update, batch 256 over 67,105 actions, one torch thread)
   ~0.75 s per update with "lowrank" against 2.3 s with "linear", which also has 52M online parameters against
   0.7M. "lowrank" is the default: faster, and it generalises across actions that share features.
@@ -78,7 +81,8 @@ Policy gradient: exact or sampled (``SACConfig.policy_samples``)
 With ``policy_samples = 0`` (the default) the policy's gradient is the exact expectation above. That update
 needs eight (B, n) products (the target: the policy at s' and both target critics; the actor: the policy and
 both critics at s, then the gradient into h and into E); at batch 256 over 67,105 actions they run near the
-CPU's peak FLOP rate and bound the update to ~2.4x the previous one (``benchmarks/bench_sac.py``).
+CPU's peak FLOP rate (~80 GFLOP/s on one AVX2 core, ~0.22 s of the update) and the update is 2.6-3.1x
+faster than the previous one (``benchmarks/bench_sac.py``, a shared machine).
 
 With ``policy_samples = K >= 2`` the policy's gradient is estimated from K actions drawn per state from pi: one
 stream over the policy's logits gives log Z, the exact entropy and the sums the sampler walks down
@@ -87,7 +91,7 @@ gradient is the score-function estimate ``grad E_pi[f] = E_pi[(f - b) grad log p
 baseline b (Kool et al. 2019, "Buy 4 REINFORCE samples, get a baseline for free!"; :func:`_sampled_logit_grad`).
 It is unbiased (tested: the mean over many draws matches the exact gradient within its standard errors) but
 **stochastic**; it draws from an own seeded generator and touches only the drawn actions, so the actor's pass
-needs one (B, n) product instead of five and the update four in all: ~3.5x the previous one. The critic target,
+needs one (B, n) product instead of five and the update four in all: ~3.8-4.2x the previous one. The critic target,
 the critic step, the entropy and the temperature step stay exact. The price is the estimate's variance: on the
 contextual bandit of ``tests/test_sac.py`` (three seeds, 700 decisions) K = 64 closed the same share of the gap
 as the exact gradient at 200 actions (0.97-0.99 against 0.98-0.99), less at 5,000 actions (0.83-0.93 against
@@ -108,7 +112,25 @@ What changed against the previous update (frozen in ``benchmarks/bench_sac.py`` 
   ``policy_probs``, both passes of the next update and that update's backward pass (the previous update ran the
   actor's encoder three times per update); the online critics' serve ``q_values`` until their next step;
 * fewer elementwise passes (``log pi = z - log Z`` enters only through the sums), and no (n, B) tensor is
-  allocated per update.
+  allocated per update;
+* the running maximum M spans all actions, legal or not, so the logits are not masked (two passes per block
+  fewer); a state whose legal terms would be negligible against the 2^-126 clamp (``_RAW_MAX_FLOOR``) reruns the
+  stream with the legal maximum, so results never depend on the illegal logits;
+* no (n, k) tensor is allocated per update either (their page faults cost more than their arithmetic): the
+  feature encoder writes its hidden layer into buffers kept per network, and the actor's backward pass through
+  the encoder (ReLU, then the transposed sparse features) is written out by hand from the kept hidden layer,
+  instead of autograd's graph;
+* the encoder's output layer is applied on the state side ((B, k) x (k, k) instead of (n, k) x (k, k) for each
+  of the five networks and twice in the actor's backward pass), and the action bias is a column of the product
+  (``addmm`` with a broadcast bias copies it into the output first: a pass per product);
+* the actor's output-layer bias c2 adds h . c2 to every logit of a state, which the softmax ignores: its gradient
+  is exactly 0 and is set so (autograd produced rounding noise of ~1e-9 there, which Adam then normalised into
+  steps of the learning rate's size; c2 does not change the policy either way).
+
+Profile of one exact update (batch 256, 67,105 actions, one thread, load 1.3-1.9 on the 2 cores), before -> after
+this list's last four items: encoders 156 -> 58 ms, the two streams 358 -> 303 ms (their six products ~165
+ms), the gradient sweep 91 -> 81 ms (two products ~55 ms), the actor's backward pass and step 51 -> 26 ms;
+the update 696 -> 507 ms (the previous update: ~1,650 ms).
 
 Unchanged: the losses (twin-Q soft Bellman target with the exact expectation over pi(.|s') and its entropy,
 the IS-weighted critic loss on the chosen actions, the policy loss ``E_pi[alpha log pi - min_j Q_j]`` with the
@@ -784,7 +806,8 @@ class DiscreteSAC:
             entropy = _entropy(st, b["n_legal"])
             loss = (-alpha * entropy - q_a.mean(1)).mean()
             d_h = torch.bmm(coef[:, None, :], emb_a)[:, 0]
-            d_emb = pi.emb.new_zeros(pi.emb.shape).index_add_(0, flat, (coef[:, :, None] * pi.h[:, None, :]).flatten(0, 1))
+            d_emb = pi.emb.new_zeros(pi.emb.shape).index_add_(
+                0, flat, (coef[:, :, None] * pi.h[:, None, :]).flatten(0, 1))
             d_bias = torch.zeros_like(pi.bias).index_add_(0, flat, coef.reshape(-1))
             self._add_imitation(pi, b, d_h, d_emb, d_bias)
         return loss, entropy, self._apply_actor_gradient(h, d_h, pi.emb, d_emb, d_bias)
