@@ -44,9 +44,10 @@ N_SUB, N_LINE, DIM_TOPO = 36, 59, 177
 THREADS = int(os.environ.get("BENCH_SAC_THREADS", "1"))
 MIN_LOWRANK_SPEEDUP_VS_LINEAR = 1.5
 MIN_SPEEDUP_VS_PREVIOUS = 3.0
-"""The issue's goal, met by the sampled policy gradient (see sac.py: the exact one is bound by 8 (B, n) products)."""
-MIN_EXACT_SPEEDUP_VS_PREVIOUS = 1.8
-"""A regression floor for the exact (default) update; measured 2.0-2.3x on a loaded 2-core machine."""
+"""The issue's goal, asserted for the sampled policy gradient (measured 3.8-4.2x)."""
+MIN_EXACT_SPEEDUP_VS_PREVIOUS = 2.3
+"""A regression floor for the exact (default) update: measured 2.6-3.1x on the shared 2-core machine (four runs), at
+the issue's 3x only in part of them, so the floor sits below it."""
 SAMPLES = 64
 ROUNDS = 5
 HEADS = ("lowrank", "lowrank_free", "linear")
@@ -315,12 +316,10 @@ def reference_update(agent: DiscreteSAC, obs: np.ndarray, action: np.ndarray, re
         for online, target in ((self.q1, self.q1_target), (self.q2, self.q2_target)):
             torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), 1.0 - cfg.polyak)
     self._n_updates += 1
-    # The previous update refreshed the acting cache here: the actor's embeddings, transposed and contiguous
-    # (stored in the current agent's cache layout, so that the next act() uses them as it did then).
-    with torch.no_grad():
-        emb, bias = self.actor.action_factors()
-        self._factor_cache["actor"] = [tuple(p._version for p in self.actor.parameters()), emb, bias,
-                                       emb.t().contiguous()]
+    # The previous update refreshed the acting cache here (the actor's embeddings, transposed and contiguous).
+    # It is refreshed in the current agent's cache layout, at the current (lower) cost, so that the next act()
+    # uses it as it did then.
+    self._scores("actor", b["obs"][:1])
 
     metrics = {
         "critic_loss": float(critic_loss.detach()),

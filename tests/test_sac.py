@@ -268,6 +268,24 @@ def test_streamed_policy_gradient_matches_autograd() -> None:
     assert never_legal.any() and (d_bias[never_legal] == 0).all()
 
 
+@pytest.mark.parametrize("mode", ["value", "grad"])
+def test_illegal_logits_far_above_the_legal_ones_change_nothing(mode: str) -> None:
+    """The stream's running maximum includes illegal actions; a state whose illegal logits sit far above its legal
+    ones (here 300 nats: every legal term would be clamped at 2^-126) must still get the exact legal softmax."""
+    b, n, alpha = 4, 200, 0.4
+    logits, q, legal = _problem(3, b, n, 0.5)
+    logits[1] = torch.where(legal[1], logits[1], logits[1] + 300.0)
+    logits[2] = torch.where(legal[2], logits[2], logits[2] + 40.0)  # not far enough to need the rerun
+    st, ws = _stream(logits, q, legal, alpha, mode)
+    ref_loss, ref_entropy, ref_grad = _dense_reference(logits, q, legal, alpha)
+    ok = st.any_legal
+    assert torch.allclose((-st.mean_w - alpha * st.log_z).double()[ok], ref_loss[ok], atol=1e-4)
+    if mode == "grad":
+        assert torch.allclose((st.log_z - st.mean_z).double()[ok], ref_entropy[ok], atol=1e-4)
+        d_h, _, _ = _policy_gradient(_factors(logits), st, ws, 1.0)
+        assert torch.allclose(d_h.double(), ref_grad, atol=1e-6)
+
+
 def test_streamed_soft_value_matches_a_dense_reference_and_ignores_empty_rows() -> None:
     b, n, alpha = 6, 200, 0.4
     logits, q, legal = _problem(1, b, n, 0.5)

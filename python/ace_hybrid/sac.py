@@ -8,11 +8,11 @@ gradient can optionally be estimated from sampled actions (``SACConfig.policy_sa
 
 Masking
 -------
-Illegal actions get the logit ``torch.finfo(float32).min`` (never ``-inf``: ``0 * -inf`` is NaN), so their
-probability is exactly 0. Every expectation, the entropy and the soft value ignore them: the probabilities are
-multiplied by the 0/1 mask after the exponential, and every value they multiply is finite, so no huge or
-infinite value reaches a sum or a gradient. The entropy of a state is taken over its legal actions, and so is
-its target:
+Illegal actions have probability exactly 0: the probabilities are multiplied by the 0/1 mask after the
+exponential, and every value they multiply is finite, so no huge or infinite value reaches a sum or a gradient.
+Where logits are masked (the rerun of :func:`_soft_stream`, the imitation term, ``policy_probs``) an illegal
+action's logit is ``torch.finfo(float32).min``, never ``-inf`` (``0 * -inf`` is NaN). The entropy of a state is
+taken over its legal actions, and so is its target:
 
     target_entropy(s) = target_entropy_ratio * log(number of legal actions in s)
 
@@ -21,7 +21,7 @@ per state (Christodoulou uses 0.98 * log|A| with a fixed |A| <= 18). Over 67,105
 at random; ratios well below 1 are the usual fix for large or masked discrete spaces (Xu et al. 2021,
 "Target Entropy Annealing for Discrete Soft Actor-Critic"; Zhou et al. 2022, "Revisiting Discrete Soft
 Actor-Critic"). The default 0.5 asks for exp(0.5 log n) = sqrt(n) effective actions (~260 of 67,105, 7 of 50).
-A state with a single legal action has target 0 and entropy 0, so it leaves alpha unchanged.
+A state with a single legal action has target 0 and entropy exactly 0, so it leaves alpha unchanged.
 
 Semi-MDP transitions
 --------------------
@@ -52,7 +52,10 @@ Each of the actor, Q1 and Q2 is an MLP trunk ``obs -> hidden`` followed by a hea
   ``e(a) = W2 relu(sum_f phi_f(a) W1[f] + c1) + c2`` (an ``EmbeddingBag`` over the few non-zeros of each row,
   then one hidden layer, so features interact); each network has its own encoder. Without features, ``e`` is
   a free (n, embed_dim) table. The encoder is state-independent, so it runs once per network and parameter
-  version for all actions, and the critic's regression needs only the B chosen actions' embeddings.
+  version for all actions, and the critic's regression needs only the B chosen actions' embeddings. Over all
+  actions the update never forms e(a) itself: h . (W2 x(a) + c2) + b(a) = (h W2) . x(a) + h . c2 + b(a) with x
+  the encoder's hidden layer, so its output layer is applied on the state side, and the two biases become
+  columns of the factors (:meth:`_ScoreNet.stream_factor`).
   ``benchmarks/bench_sac.py`` measured (previous update, batch 256 over 67,105 actions, one torch thread)
   ~0.75 s per update with "lowrank" against 2.3 s with "linear", which also has 52M online parameters against
   0.7M. "lowrank" is the default: faster, and it generalises across actions that share features.
@@ -78,7 +81,8 @@ Policy gradient: exact or sampled (``SACConfig.policy_samples``)
 With ``policy_samples = 0`` (the default) the policy's gradient is the exact expectation above. That update
 needs eight (B, n) products (the target: the policy at s' and both target critics; the actor: the policy and
 both critics at s, then the gradient into h and into E); at batch 256 over 67,105 actions they run near the
-CPU's peak FLOP rate and bound the update to ~2.4x the previous one (``benchmarks/bench_sac.py``).
+CPU's peak FLOP rate (~80 GFLOP/s on one AVX2 core, ~0.22 s of the update) and the update is 2.6-3.1x
+faster than the previous one (``benchmarks/bench_sac.py``, a shared machine).
 
 With ``policy_samples = K >= 2`` the policy's gradient is estimated from K actions drawn per state from pi: one
 stream over the policy's logits gives log Z, the exact entropy and the sums the sampler walks down
@@ -87,7 +91,7 @@ gradient is the score-function estimate ``grad E_pi[f] = E_pi[(f - b) grad log p
 baseline b (Kool et al. 2019, "Buy 4 REINFORCE samples, get a baseline for free!"; :func:`_sampled_logit_grad`).
 It is unbiased (tested: the mean over many draws matches the exact gradient within its standard errors) but
 **stochastic**; it draws from an own seeded generator and touches only the drawn actions, so the actor's pass
-needs one (B, n) product instead of five and the update four in all: ~3.5x the previous one. The critic target,
+needs one (B, n) product instead of five and the update four in all: ~3.8-4.2x the previous one. The critic target,
 the critic step, the entropy and the temperature step stay exact. The price is the estimate's variance: on the
 contextual bandit of ``tests/test_sac.py`` (three seeds, 700 decisions) K = 64 closed the same share of the gap
 as the exact gradient at 200 actions (0.97-0.99 against 0.98-0.99), less at 5,000 actions (0.83-0.93 against
@@ -108,7 +112,25 @@ What changed against the previous update (frozen in ``benchmarks/bench_sac.py`` 
   ``policy_probs``, both passes of the next update and that update's backward pass (the previous update ran the
   actor's encoder three times per update); the online critics' serve ``q_values`` until their next step;
 * fewer elementwise passes (``log pi = z - log Z`` enters only through the sums), and no (n, B) tensor is
-  allocated per update.
+  allocated per update;
+* the running maximum M spans all actions, legal or not, so the logits are not masked (two passes per block
+  fewer); a state whose legal terms would be negligible against the 2^-126 clamp (``_RAW_MAX_FLOOR``) reruns the
+  stream with the legal maximum, so results never depend on the illegal logits;
+* no (n, k) tensor is allocated per update either (their page faults cost more than their arithmetic): the
+  feature encoder writes its hidden layer into buffers kept per network, and the actor's backward pass through
+  the encoder (ReLU, then the transposed sparse features) is written out by hand from the kept hidden layer,
+  instead of autograd's graph;
+* the encoder's output layer is applied on the state side ((B, k) x (k, k) instead of (n, k) x (k, k) for each
+  of the five networks and twice in the actor's backward pass), and the action bias is a column of the product
+  (``addmm`` with a broadcast bias copies it into the output first: a pass per product);
+* the actor's output-layer bias c2 adds h . c2 to every logit of a state, which the softmax ignores: its gradient
+  is exactly 0 and is set so (autograd produced rounding noise of ~1e-9 there, which Adam then normalised into
+  steps of the learning rate's size; c2 does not change the policy either way).
+
+Profile of one exact update (batch 256, 67,105 actions, one thread, load 1.3-1.9 on the 2 cores), before -> after
+this list's last four items: encoders 156 -> 58 ms, the two streams 358 -> 303 ms (their six products ~165
+ms), the gradient sweep 91 -> 81 ms (two products ~55 ms), the actor's backward pass and step 51 -> 26 ms;
+the update 696 -> 507 ms (the previous update: ~1,650 ms).
 
 Unchanged: the losses (twin-Q soft Bellman target with the exact expectation over pi(.|s') and its entropy,
 the IS-weighted critic loss on the chosen actions, the policy loss ``E_pi[alpha log pi - min_j Q_j]`` with the
@@ -167,6 +189,10 @@ _FAN = 8
 of _FAN, those into actions; blocks hold whole groups. A draw reads rows / _FAN**2 + 2 * _FAN numbers, measured
 ~3x faster than one level of 32-action groups."""
 _EXP2_FLOOR = -126.0
+_RAW_MAX_FLOOR = 2.0**-64
+""":func:`_soft_stream` takes its running maximum over all actions, legal or not, and reruns over the legal ones
+only for a state whose legal sum S = sum 2^(z2 - M) falls below this: the terms the 2^-126 clamp changes are
+then at most n 2^-126 / S < 2^-45 of S for n < 2^17."""
 """exp2() arguments are clamped here first: float32 exp2 is slow (~2.5x per vector of 8, measured) on inputs
 below -126, whose results are denormal or 0; 2^-126 = 1.2e-38 is still a normal float."""
 
@@ -258,6 +284,33 @@ class _ActionEncoder(nn.Module):
                                 per_sample_weights=self.feats.val.index_select(0, actions), mode="sum")
         return self.out(F.relu(z + self.feature_bias))
 
+    def hidden_into(self, out: torch.Tensor) -> torch.Tensor:
+        """The encoder's hidden layer relu(sum_f phi_f(a) W1[f] + c1) of every action, (n, k), written into ``out``
+        (a buffer kept by the caller, possibly a column slice), without autograd (feature encoder only).
+
+        The output layer e = W2 hidden + c2 is not applied: the update multiplies it into the state side instead
+        (:meth:`_ScoreNet.stream_factor`), a (B, k) x (k, k) product instead of an (n, k) x (k, k) one."""
+        with torch.no_grad():
+            z = F.embedding_bag(self.feats.idx, self.feature_weight, per_sample_weights=self.feats.val, mode="sum")
+            return torch.add(z, self.feature_bias, out=out).relu_()
+
+    def backward_hidden(self, d_hidden: torch.Tensor, hidden: torch.Tensor) -> None:
+        """Adds to ``feature_weight.grad`` and ``feature_bias.grad`` the gradient of ``sum(d_hidden * hidden)``, given
+        the ``hidden`` layer :meth:`hidden_into` left; ``d_hidden`` (n, k, contiguous) is overwritten. The ReLU and
+        the feature sum of :meth:`forward`'s backward pass, the latter through the transposed CSR features."""
+        with torch.no_grad():
+            torch.ops.aten.threshold_backward.grad_input(d_hidden, hidden, 0.0, grad_input=d_hidden)  # ReLU
+            _accumulate_grad(self.feature_bias, d_hidden.sum(0))
+            _accumulate_grad(self.feature_weight, torch.sparse.mm(self.feats.phi_t, d_hidden))
+
+
+def _accumulate_grad(param: torch.Tensor, grad: torch.Tensor) -> None:
+    """``param.grad += grad`` as autograd would accumulate it (``grad`` becomes it when there was none)."""
+    if param.grad is None:
+        param.grad = grad
+    else:
+        param.grad.add_(grad)
+
 
 class _ScoreNet(nn.Module):
     """obs -> one score per action (policy logits or Q values), with a linear or a low-rank head.
@@ -294,6 +347,59 @@ class _ScoreNet(nn.Module):
         if self.lowrank:
             return self.encoder(), self.bias
         return self.linear.weight, self.linear.bias
+
+    @property
+    def encodes_features(self) -> bool:
+        """The head's E comes from the feature encoder (and is not a parameter itself)."""
+        return self.lowrank and self.encoder.feats is not None
+
+    def stream_factor(self, h: torch.Tensor, *, offset: bool) -> torch.Tensor:
+        """The state half that matches :meth:`action_factors_into`, given :meth:`state_factor`'s h (B, k).
+
+        With the feature encoder the scores are h . (W2 hidden(a) + c2) + b(a) = (h W2) . hidden(a) + h . c2 + b(a):
+        the encoder's output layer moves to the state side, and the two biases become columns, so that one
+        product without a bias term gives the scores: this returns [h W2, h . c2, 1] (B, k + 2) against
+        E = [hidden, 1, b]. Without ``offset`` the column h . c2 is 0: the scores lack that per-state constant,
+        which a softmax ignores. Other heads: h itself."""
+        if not self.encodes_features:
+            return h
+        u = h @ self.encoder.out.weight
+        ones = u.new_ones(u.shape[0], 1)
+        return torch.cat([u, h @ self.encoder.out.bias[:, None] if offset else ones * 0.0, ones], 1)
+
+    def action_factors_into(self, buf: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The action half that matches :meth:`stream_factor`, without autograd: (E, bias), (n, k') and (n,).
+
+        With the feature encoder E = [hidden, 1, b] is written into ``buf`` ((n, k + 2), kept by the caller) and
+        the bias is None (it is E's last column); other heads ignore ``buf`` and return :meth:`action_factors`,
+        detached."""
+        if not self.encodes_features:
+            emb, bias = self.action_factors()
+            return emb.detach(), bias.detach()
+        assert buf is not None
+        k = buf.shape[1] - 2
+        self.encoder.hidden_into(buf[:, :k])
+        buf[:, k].fill_(1.0)
+        buf[:, k + 1].copy_(self.bias)
+        return buf, None
+
+    def backward_action_factors(self, d_emb: torch.Tensor, d_bias: torch.Tensor, emb: torch.Tensor) -> None:
+        """Adds to the parameters' ``.grad`` the gradient of ``sum(d_emb * E) + sum(d_bias * bias)`` for the E and
+        bias :meth:`action_factors_into` returned without ``offset`` (``emb``); ``d_emb`` may be overwritten.
+
+        With the feature encoder E is the hidden layer: the encoder's output layer W2 took its gradient through
+        :meth:`stream_factor`, and its bias c2 gets 0, its exact gradient (h . c2 is a per-state constant of the
+        logits, which the policy's softmax ignores)."""
+        if not self.lowrank:
+            _accumulate_grad(self.linear.weight, d_emb)
+            _accumulate_grad(self.linear.bias, d_bias)
+            return
+        _accumulate_grad(self.bias, d_bias)
+        if self.encoder.feats is None:
+            _accumulate_grad(self.encoder.table, d_emb)
+        else:
+            self.encoder.backward_hidden(d_emb, emb)
+            _accumulate_grad(self.encoder.out.bias, torch.zeros_like(self.encoder.out.bias))
 
     def state_factor(self, obs: torch.Tensor) -> torch.Tensor:
         """h: (B, k), the state half of the scores."""
@@ -399,6 +505,7 @@ class DiscreteSAC:
         self._n_updates = 0
         self._imitation_loss: float | None = None
         self._factor_cache: dict[str, list[Any]] = {}  # name -> [key, E, bias, contiguous E.T or None]
+        self._buffers: dict[str, torch.Tensor] = {}  # (n, k) buffers kept between updates (:meth:`_buffer`)
         self._workspace: _Workspace | None = None
 
     # ---------------------------------------------------------------------------------- properties
@@ -415,37 +522,57 @@ class DiscreteSAC:
 
     # ---------------------------------------------------------------------------------- acting
 
-    def _factors(self, name: str, *, graph: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """(E, bias) of network ``name``: (n, k) and (n,), without gradient unless ``graph``.
+    def _buffer(self, name: str, rows: int, cols: int) -> torch.Tensor:
+        """A (rows, cols) float32 buffer kept between updates: a fresh (n, k) tensor per use is a fresh 17 MB
+        allocation at n = 67,105 whose page faults cost more than the arithmetic that fills it (measured)."""
+        buf = self._buffers.get(name)
+        if buf is None or buf.shape != (rows, cols):
+            buf = self._buffers[name] = torch.empty(rows, cols, dtype=_DTYPE, device=self.device)
+        return buf
+
+    def _encoder_buffer(self, name: str) -> torch.Tensor | None:
+        """(n, k + 2) buffer of network ``name``'s feature encoder (:meth:`_ScoreNet.action_factors_into`), None
+        for other heads."""
+        if not self.actor.encodes_features:
+            return None
+        return self._buffer(f"{name}.hidden", self.n_actions, self.cfg.embed_dim + 2)
+
+    def _factors(self, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """(E, bias) of network ``name``, the action half of :meth:`_ScoreNet.action_factors_into`: (n, k') and
+        (n,), without gradient; :meth:`_stream_factors` gives the matching state half. The actor's scores lack a
+        per-state constant (``offset=False``), which its softmax ignores; the critics' are exact.
 
         Cached per parameter version: the key is the in-place version counters of the network's parameters,
         which every optimiser step, Polyak update, ``load_state_dict`` or in-place edit advances (edits through
-        ``.data`` bypass the counter: call ``_factor_cache.clear()`` after those). The actor's E is computed with
-        its autograd graph and kept until its parameters change, so one encoder pass serves acting, both passes
-        of the next update and that update's backward pass (``graph=True`` returns the tensors with gradient)."""
+        ``.data`` bypass the counter: call ``_factor_cache.clear()`` after those). One encoder pass per parameter
+        version serves acting, both passes of the next update and (the actor's) that update's backward pass,
+        which :meth:`_ScoreNet.backward_action_factors` takes by hand from the kept hidden layer. The feature
+        encoder writes into buffers kept between versions (:meth:`_buffer`), so a returned E is valid until the
+        network's parameters change."""
         net = getattr(self, name)
         key = tuple(p._version for p in net.parameters())
         hit = self._factor_cache.get(name)
         if hit is None or hit[0] != key:
-            with torch.set_grad_enabled(name == "actor"):
-                emb, bias = net.action_factors()
+            emb, bias = net.action_factors_into(self._encoder_buffer(name))
             hit = [key, emb, bias, None]
             self._factor_cache[name] = hit
-        if graph:
-            return hit[1], hit[2]
-        return hit[1].detach(), hit[2].detach()
+        return hit[1], hit[2]
 
     def _scores(self, name: str, obs: torch.Tensor) -> torch.Tensor:
-        """(B, n) scores of network ``name`` without gradient, for acting (action factors from the cache).
+        """(B, n) scores of network ``name`` without gradient, for acting (action factors from the cache); the
+        actor's up to a per-state constant (:meth:`_factors`), which sampling, argmax and softmax ignore.
 
-        Acting multiplies by E.T made contiguous once per parameter version: a (1, k) x (k, n) product streams it
-        once, ~5x faster on a CPU than the same product over the row-major E (measured, n = 67,105, k = 64)."""
+        Acting multiplies by E.T made contiguous once per parameter version (into a kept buffer): a (1, k) x
+        (k, n) product streams it once, ~5x faster on a CPU than the same product over the row-major E (measured,
+        n = 67,105, k = 64)."""
         self._factors(name)
         hit = self._factor_cache[name]
         if hit[3] is None:
-            hit[3] = hit[1].detach().t().contiguous()
+            emb = hit[1]
+            hit[3] = self._buffer(f"{name}.emb_t", emb.shape[1], emb.shape[0]).copy_(emb.t())
         with torch.no_grad():
-            return torch.addmm(hit[2].detach(), getattr(self, name).state_factor(obs), hit[3])
+            h = self._stream_factors(name, obs).h
+            return torch.mm(h, hit[3]) if hit[2] is None else torch.addmm(hit[2], h, hit[3])
 
     def _one_state(self, obs: np.ndarray, mask: np.ndarray) -> tuple[torch.Tensor, np.ndarray]:
         o = _float_array(obs, "obs", (self.obs_dim,))
@@ -532,13 +659,12 @@ class DiscreteSAC:
         b = self._batch(obs, action, reward, next_obs, done, weight, mask, next_mask, steps, imitation)
         alpha = float(self.log_alpha.detach().exp())
         ws = self._workspace_for(b["obs"].shape[0])
-        # The actor's action factors with their graph (cached since acting, or made now): both passes use their
-        # values, the actor step back-propagates into the encoder through them (the critic step leaves the actor).
-        emb, bias = self._factors("actor", graph=True)
-        y = self._soft_target(b, alpha, ws, emb.detach(), bias.detach())
+        # The actor's action factors are cached since acting (or made in the target's pass): both passes use
+        # them, and the actor step back-propagates into the encoder from the hidden layer they hold.
+        y = self._soft_target(b, alpha, ws)
         critic_loss, q_a, gn_critic = self._critic_step(b, y)
         step = self._actor_step_sampled if self.cfg.policy_samples else self._actor_step
-        actor_loss, entropy, gn_actor = step(b, alpha, ws, emb, bias)
+        actor_loss, entropy, gn_actor = step(b, alpha, ws)
         target_entropy = self.cfg.target_entropy_ratio * b["n_legal"].to(_DTYPE).log()
         alpha_loss = self._alpha_step(entropy, target_entropy)
         with torch.no_grad():
@@ -557,10 +683,13 @@ class DiscreteSAC:
             metrics["imitation_loss"] = self._imitation_loss
         return UpdateResult(td.cpu().numpy().astype(np.float32, copy=False), metrics)
 
-    def _apply_actor_gradient(self, tensors: list[torch.Tensor], grads: list[torch.Tensor]) -> torch.Tensor:
-        """Back-propagate the hand-made gradients of the actor's factors, clip, step; returns the gradient norm."""
+    def _apply_actor_gradient(self, h: torch.Tensor, d_h: torch.Tensor, emb: torch.Tensor, d_emb: torch.Tensor,
+                              d_bias: torch.Tensor) -> torch.Tensor:
+        """Back-propagate the hand-made gradients of the actor's factors (the state half ``h`` by autograd, E and
+        the bias by :meth:`_ScoreNet.backward_action_factors`), clip, step; returns the gradient norm."""
         self.actor_opt.zero_grad(set_to_none=True)
-        torch.autograd.backward(tensors, grads)
+        h.backward(F.pad(d_h, (0, h.shape[1] - d_h.shape[1])))  # the stream's h may have extra columns
+        self.actor.backward_action_factors(d_emb, d_bias, emb)
         norm = torch.nn.utils.clip_grad_norm_(self.actor.parameters(), self.cfg.grad_clip)
         self.actor_opt.step()
         return norm
@@ -590,17 +719,18 @@ class DiscreteSAC:
             self._workspace = _Workspace(self.n_actions, bsz, self.device)
         return self._workspace
 
-    def _stream_factors(self, name: str, obs: torch.Tensor) -> _Factors:
+    def _stream_factors(self, name: str, obs: torch.Tensor, *, grad: bool = False) -> _Factors:
+        """Network ``name``'s factors of the scores at ``obs``; ``h`` with autograd when ``grad`` (the others never)."""
         emb, bias = self._factors(name)
-        with torch.no_grad():
-            return _Factors(getattr(self, name).state_factor(obs), emb, bias)
+        net = getattr(self, name)
+        with torch.set_grad_enabled(grad):
+            return _Factors(net.stream_factor(net.state_factor(obs), offset=name != "actor"), emb, bias)
 
-    def _soft_target(self, b: dict[str, torch.Tensor], alpha: float, ws: _Workspace, emb: torch.Tensor,
-                     bias: torch.Tensor) -> torch.Tensor:
+    def _soft_target(self, b: dict[str, torch.Tensor], alpha: float, ws: _Workspace) -> torch.Tensor:
         """(B,) y = r + gamma**k (1 - done) V(s'), V(s') the soft value under pi and the target critics."""
         nxt = b["next_obs"]
         with torch.no_grad():
-            pi = _Factors(self.actor.state_factor(nxt), emb, bias)
+            pi = self._stream_factors("actor", nxt)
             st = _soft_stream(pi, self._stream_factors("q1_target", nxt),
                               self._stream_factors("q2_target", nxt), b["next_mask"], alpha, ws, "value")
             v_next = torch.where(st.any_legal, st.mean_w + alpha * st.log_z, 0.0)
@@ -620,26 +750,39 @@ class DiscreteSAC:
         self.critic_opt.step()
         return loss.detach(), torch.minimum(q1_a, q2_a).detach(), norm
 
-    def _actor_step(self, b: dict[str, torch.Tensor], alpha: float, ws: _Workspace, emb: torch.Tensor,
-                    bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _actor_factors(self, obs: torch.Tensor) -> tuple[torch.Tensor, _Factors, _Factors]:
+        """The actor's scores at ``obs`` as (h with autograd, the stream's factors, the gradient's factors).
+
+        With the feature encoder the stream's carry the action bias as a column (E = [hidden, 1, b] against
+        h = [h W2, 0, 1], :meth:`_ScoreNet.stream_factor`) and the gradient's are (h W2, hidden, b), the parts with
+        parameters behind them; other heads: both the same."""
+        f = self._stream_factors("actor", obs, grad=True)
+        pi = _Factors(f.h.detach(), f.emb, f.bias)
+        if not self.actor.encodes_features:
+            return f.h, pi, pi
+        k = self.cfg.embed_dim
+        return f.h, pi, _Factors(pi.h[:, :k], pi.emb[:, :k], self.actor.bias.detach())
+
+    def _actor_step(self, b: dict[str, torch.Tensor], alpha: float,
+                    ws: _Workspace) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """loss = mean_s sum_a pi(a|s) [alpha log pi(a|s) - min_j Q_j(s, a)] over legal a, with Q from the
         just-updated critics (no gradient); returns (loss, per-state entropy, grad norm). The gradient with
         respect to the (B, n) logits is formed block by block from the stored pass and multiplied into h and E
         by hand (:func:`_policy_gradient`), then autograd takes it through the trunk and the encoder."""
         obs = b["obs"]
-        h = self.actor.state_factor(obs)
-        pi = _Factors(h.detach(), emb.detach(), bias.detach())
+        h, pi_stream, pi = self._actor_factors(obs)
         with torch.no_grad():
-            st = _soft_stream(pi, self._stream_factors("q1", obs), self._stream_factors("q2", obs), b["mask"],
-                              alpha, ws, "grad")
+            st = _soft_stream(pi_stream, self._stream_factors("q1", obs), self._stream_factors("q2", obs),
+                              b["mask"], alpha, ws, "grad")
             loss = (-st.mean_w - alpha * st.log_z).mean()
-            entropy = st.log_z - st.mean_z
-            d_h, d_emb, d_bias = _policy_gradient(pi, st, ws, 1.0 / obs.shape[0])
+            entropy = _entropy(st, b["n_legal"])
+            d_h, d_emb, d_bias = _policy_gradient(pi, st, ws, 1.0 / obs.shape[0],
+                                                  self._buffer("actor.d_emb", *pi.emb.shape))
             self._add_imitation(pi, b, d_h, d_emb, d_bias)
-        return loss, entropy, self._apply_actor_gradient([h, emb, bias], [d_h, d_emb, d_bias])
+        return loss, entropy, self._apply_actor_gradient(h, d_h, pi.emb, d_emb, d_bias)
 
-    def _actor_step_sampled(self, b: dict[str, torch.Tensor], alpha: float, ws: _Workspace, emb: torch.Tensor,
-                            bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _actor_step_sampled(self, b: dict[str, torch.Tensor], alpha: float,
+                            ws: _Workspace) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """:meth:`_actor_step` with the gradient estimated from ``policy_samples`` draws per state.
 
         One stream over the actor's logits gives log Z, the exact entropy and per-block cumulative sums; K
@@ -650,10 +793,9 @@ class DiscreteSAC:
         unbiased estimate)."""
         obs = b["obs"]
         bsz = obs.shape[0]
-        h = self.actor.state_factor(obs)
-        pi = _Factors(h.detach(), emb.detach(), bias.detach())
+        h, pi_stream, pi = self._actor_factors(obs)
         with torch.no_grad():
-            st = _soft_stream(pi, None, None, b["mask"], alpha, ws, "sample")
+            st = _soft_stream(pi_stream, None, None, b["mask"], alpha, ws, "sample")
             actions = _sample_actions(st, ws, self.cfg.policy_samples, self._policy_generator)
             flat = actions.reshape(-1)
             emb_a = pi.emb.index_select(0, flat).view(*actions.shape, -1)  # (B, K, k)
@@ -661,13 +803,14 @@ class DiscreteSAC:
             q_a = torch.minimum(self.q1.at_many(self.q1.state_factor(obs), actions),
                                 self.q2.at_many(self.q2.state_factor(obs), actions))
             coef = _sampled_logit_grad(alpha * (z_a - st.log_z[:, None]) - q_a, 1.0 / bsz)
-            entropy = st.log_z - st.mean_z
+            entropy = _entropy(st, b["n_legal"])
             loss = (-alpha * entropy - q_a.mean(1)).mean()
             d_h = torch.bmm(coef[:, None, :], emb_a)[:, 0]
-            d_emb = torch.zeros_like(pi.emb).index_add_(0, flat, (coef[:, :, None] * pi.h[:, None, :]).flatten(0, 1))
+            d_emb = pi.emb.new_zeros(pi.emb.shape).index_add_(
+                0, flat, (coef[:, :, None] * pi.h[:, None, :]).flatten(0, 1))
             d_bias = torch.zeros_like(pi.bias).index_add_(0, flat, coef.reshape(-1))
             self._add_imitation(pi, b, d_h, d_emb, d_bias)
-        return loss, entropy, self._apply_actor_gradient([h, emb, bias], [d_h, d_emb, d_bias])
+        return loss, entropy, self._apply_actor_gradient(h, d_h, pi.emb, d_emb, d_bias)
 
     def _alpha_step(self, entropy: torch.Tensor, target_entropy: torch.Tensor) -> torch.Tensor:
         """d loss / d log_alpha = H(s) - target(s): alpha falls while the entropy is above its target and
@@ -824,8 +967,8 @@ class _Factors(NamedTuple):
     """(B, k) state factor."""
     emb: torch.Tensor
     """(n, k) action factor (row-major; the cached E, or the linear head's weight)."""
-    bias: torch.Tensor
-    """(n,) per-action bias."""
+    bias: torch.Tensor | None
+    """(n,) per-action bias, or None where it is a column of ``emb`` (against a column of ones in ``h``)."""
 
 
 class _Workspace:
@@ -921,8 +1064,17 @@ class _Stream(NamedTuple):
 _LOG2E = 1.0 / math.log(2.0)
 
 
+def _scores_block(emb: torch.Tensor, h: torch.Tensor, bias: torch.Tensor | None, out: torch.Tensor) -> torch.Tensor:
+    """``out`` (rows, B) = emb @ h.T (+ bias[:, None]). Without a bias (folded into emb and h as a column) the
+    product writes ``out`` directly; ``addmm`` with a bias first copies the broadcast bias into it, a pass over
+    the block that cost ~15% of a product (measured)."""
+    if bias is None:
+        return torch.mm(emb, h.t(), out=out)
+    return torch.addmm(bias[:, None], emb, h.t(), out=out)
+
+
 def _soft_stream(pi: _Factors, q1: _Factors | None, q2: _Factors | None, packed: torch.Tensor, alpha: float,
-                 ws: _Workspace, mode: str) -> _Stream:
+                 ws: _Workspace, mode: str, *, legal_max: bool = False) -> _Stream:
     """Streams the policy's softmax and the soft value over blocks of actions (see the module docstring).
 
     Per block: the products ``E_blk @ h.T + bias`` (the policy's scaled by log2(e): z2), w = min(Q1, Q2) -
@@ -935,11 +1087,18 @@ def _soft_stream(pi: _Factors, q1: _Factors | None, q2: _Factors | None, packed:
     * "grad": also E_pi[z], and the blocks' p and w kept in ``ws.p_all`` / ``ws.w_all`` for
       :func:`_policy_gradient`;
     * "sample": no critics (``q1``, ``q2`` None); E_pi[z], and the blocks' p in ``ws.p_all`` with their group
-      sums in ``ws.sums_t``, for :func:`_sample_actions`."""
+      sums in ``ws.sums_t``, for :func:`_sample_actions`.
+
+    M is the running maximum over all actions, legal or not: any M at or above the legal maximum gives the same
+    softmax, and skipping the masking of z (two passes of :func:`_mask_logits_` per block) saves ~10% of a pass.
+    Only the clamp at 2^-126 sees the difference: it is exact while the legal terms are not negligible against
+    2^-126 * n, i.e. while S = sum of the legal 2^(z2 - M) stays above ``_RAW_MAX_FLOOR``. A state below it (its
+    illegal logits over ~64 base-2 units above its legal ones) makes the stream rerun with ``legal_max`` (z
+    masked to finfo.min first, M over the legal actions only), the previous method."""
     n = pi.emb.shape[0]
     bsz = pi.h.shape[0]
     dev = pi.h.device
-    h2, bias2 = pi.h * _LOG2E, pi.bias * _LOG2E
+    h2, bias2 = pi.h * _LOG2E, None if pi.bias is None else pi.bias * _LOG2E
     alpha2 = alpha / _LOG2E  # w = m - alpha z = m - alpha ln(2) z2
     run_max = torch.full((bsz,), _MASKED, dtype=_DTYPE, device=dev)
     s, a, d = (torch.zeros(bsz, dtype=_DTYPE, device=dev) for _ in range(3))
@@ -950,14 +1109,15 @@ def _soft_stream(pi: _Factors, q1: _Factors | None, q2: _Factors | None, packed:
         z = ws.z[:r]
         w = ws.w_all[lo:hi] if mode == "grad" else ws.w[:r]
         p = ws.p[:r] if mode == "value" else ws.p_all[lo:hi]
-        torch.addmm(bias2[lo:hi, None], pi.emb[lo:hi], h2.t(), out=z)
+        _scores_block(pi.emb[lo:hi], h2, None if bias2 is None else bias2[lo:hi], z)
         if q1 is not None and q2 is not None:
             q = ws.q[:r]
-            torch.addmm(q1.bias[lo:hi, None], q1.emb[lo:hi], q1.h.t(), out=w)
-            torch.addmm(q2.bias[lo:hi, None], q2.emb[lo:hi], q2.h.t(), out=q)
+            _scores_block(q1.emb[lo:hi], q1.h, None if q1.bias is None else q1.bias[lo:hi], w)
+            _scores_block(q2.emb[lo:hi], q2.h, None if q2.bias is None else q2.bias[lo:hi], q)
             torch.minimum(w, q, out=w).sub_(z, alpha=alpha2)  # min Q - alpha z: finite everywhere
         keep = ws.legal_block(packed, lo, hi)
-        _mask_logits_(z, keep, ws.neg[:r])
+        if legal_max:
+            _mask_logits_(z, keep, ws.neg[:r])
         new_max = torch.maximum(run_max, z.amax(0))
         rescale = torch.exp2(run_max - new_max)
         s.mul_(rescale)
@@ -980,13 +1140,22 @@ def _soft_stream(pi: _Factors, q1: _Factors | None, q2: _Factors | None, packed:
             a.add_(w.mul_(p).sum(0))
         elif mode == "grad":  # the same, keeping w for the gradient
             a.add_(torch.mul(w, p, out=ws.w[:r]).sum(0))
-        if mode != "value":  # E_pi[z] needs sum p z2: 0 times a finite finfo.min where illegal
+        if mode != "value":  # E_pi[z] needs sum p z2: 0 times a finite z2 where illegal
             d.add_(z.mul_(p).sum(0))
             maxima.append(run_max)
     any_legal = s > 0
+    if not legal_max and bool((any_legal & (s < _RAW_MAX_FLOOR)).any()):
+        return _soft_stream(pi, q1, q2, packed, alpha, ws, mode, legal_max=True)
     total = torch.where(any_legal, s, 1.0)
     return _Stream(log_z=(run_max + total.log2()) / _LOG2E, mean_w=a / total, mean_z=d / total / _LOG2E,
                    any_legal=any_legal, max2=run_max, total=total, block_max2=maxima, block_sum=sums)
+
+
+def _entropy(st: _Stream, n_legal: torch.Tensor) -> torch.Tensor:
+    """(B,) the policy's entropy log Z - E_pi[z] per state, exactly 0 where a single action is legal (the stream's
+    maximum includes illegal actions, so log Z and E_pi[z] of a lone legal action differ by rounding), so that
+    such a state leaves the temperature unchanged."""
+    return torch.where(n_legal > 1, st.log_z - st.mean_z, 0.0)
 
 
 def _first_above(cum: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -1043,8 +1212,8 @@ def _sampled_logit_grad(f: torch.Tensor, scale: float) -> torch.Tensor:
     return (f - f.mean(1, keepdim=True)).mul_(scale / (k - 1))
 
 
-def _policy_gradient(pi: _Factors, st: _Stream, ws: _Workspace,
-                     scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _policy_gradient(pi: _Factors, st: _Stream, ws: _Workspace, scale: float,
+                     d_emb: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients of ``scale * sum_s loss(s)`` with respect to the actor's h (B, k), E (n, k) and bias (n,), from
     the blocks a "grad" :func:`_soft_stream` kept.
 
@@ -1052,11 +1221,13 @@ def _policy_gradient(pi: _Factors, st: _Stream, ws: _Workspace,
     i.e. pi(a|s) (E_pi[w] - w(a)) (the log-derivative term sums to zero); 0 at illegal actions, where the stored
     p is 0. Block j's pi is p_j 2^(M_j - M) / S (base 2, see :class:`_Stream`), a per-state factor that is
     folded into h (for E's gradient) and into the (B, k) partial products (for h's), so each block costs two
-    elementwise passes and two products: ``g_j @ h`` and ``g_j.T @ E_j``."""
+    elementwise passes and two products: ``g_j @ h`` and ``g_j.T @ E_j``. E's gradient is written into ``d_emb``
+    when given (an (n, k) buffer), else into a new tensor."""
     n, k = pi.emb.shape
     bsz = pi.h.shape[0]
     d_h = torch.zeros(bsz, k, dtype=_DTYPE, device=pi.h.device)
-    d_emb = torch.empty(n, k, dtype=_DTYPE, device=pi.h.device)
+    if d_emb is None:
+        d_emb = torch.empty(n, k, dtype=_DTYPE, device=pi.h.device)
     d_bias = torch.empty(n, dtype=_DTYPE, device=pi.h.device)
     part = torch.empty(bsz, k, dtype=_DTYPE, device=pi.h.device)
     c = st.mean_w
