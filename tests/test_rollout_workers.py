@@ -93,6 +93,29 @@ def test_budgets_split_evenly_and_seeds_differ_per_worker_and_session() -> None:
         share(10, 2, 2)
 
 
+def test_rates_are_measured_while_every_worker_runs() -> None:
+    """Workers that start seconds apart must not be measured one after the other (a made-up clock)."""
+    from ace_hybrid.training.metrics import Throughput
+
+    now = [0.0]
+    meter = Throughput(2, env_steps=0, updates=0, clock=lambda: now[0])
+    arrivals = [(1, 0), (2, 0), (3, 1), (3, 0), (4, 0), (4, 1), (5, 0), (5, 1), (6, 1)]  # (time, worker)
+    for t, k in arrivals:
+        now[0] = float(t)
+        meter.wait(0.5)
+        meter.batch(k, 100, busy=0.9, lag_sum=3.0, rows=2, updates=10 * t)
+    rates = meter.window("log", env_steps=900, updates=60)
+    assert rates["rate/worker_env_steps_per_s"] == 150 and rates["rate/worker_1_env_steps_per_s"] == 400 / 6
+    assert rates["rate/learner_updates_per_s"] == 10 and rates["rollout/policy_lag"] == 1.5
+    meter.stop(env_steps=900, updates=60)
+    out = meter.summary()
+    assert out["startup_seconds"] == 1 and out["measured_seconds"] == 5
+    assert out["env_steps_per_s"] == 200  # (3, 5]: both workers ran, 4 batches in 2 s
+    assert out["overall_env_steps_per_s"] == 800 / 5 and out["learner_updates_per_s"] == 50 / 5
+    assert out["learner_busy"] == 1 - 4 / 5  # 8 waits of 0.5 s after the first batch
+    assert [w["env_steps_per_s"] for w in out["per_worker"]] == [100, 100]  # 400 in (1, 5], 300 in (3, 6]
+
+
 def test_the_default_path_never_imports_ray() -> None:
     code = ("import sys\nimport ace_hybrid, ace_hybrid.cli, ace_hybrid.training.loop, ace_hybrid.training.executors\n"
             "print('ray' in sys.modules)")

@@ -250,6 +250,7 @@ def learn_from_workers(run: Run, bar: Any) -> None:
                                 workers=f"{rates['rate/worker_env_steps_per_s']:.0f}steps/s", decisions=c.decisions,
                                 **_llm_postfix(run), refresh=False)
             on_schedule(run, since=before)
+        run.throughput.stop(c.env_steps, c.updates)  # the workers' part ends here, not when they have exited
     finally:
         executor.close()
 
@@ -276,7 +277,7 @@ def store_batch(run: Run, b: TransitionBatch) -> None:
     if b.started:
         c.next_episode = max(c.next_episode, max(b.started) + 1)
     run.throughput.batch(b.worker, b.env_steps, b.seconds["busy"], float(np.sum(c.updates - b.version)),
-                         b.decisions)
+                         b.decisions, c.updates)
     for key in ("env", "reset", "tutor", "act"):
         run.time_split[key] = run.time_split.get(key, 0.0) + b.seconds[key]
     run.safe_rule.simulate_seconds += b.seconds["safe_rule_simulate"]  # the workers' rules: the run's simulations
