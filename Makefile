@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 # Dependencies are declared once, in pyproject.toml; tools/requirements.py prints them for pip.
 REQS = $(PY) tools/requirements.py
-EXTRAS := grid train llm test rl
+EXTRAS := grid train llm test rl cluster
 # The CPU build of PyTorch, installed before anything that depends on torch (a bare requirement pulls CUDA).
 TORCH := torch==2.13.0
 CPP_BUILD := build/cpp-tests

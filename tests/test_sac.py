@@ -506,6 +506,33 @@ def test_state_dict_round_trip_continues_identically() -> None:
     assert all(torch.equal(x, y) for x, y in zip(_params(agent), _params(restored)))
 
 
+def test_policy_state_moves_the_actor_only() -> None:
+    """What the learner sends rollout workers: the receiver acts like the sender, and nothing else of it changes."""
+    rng = np.random.default_rng(14)
+    n, d = 48, 5
+    feats = _features(rng, n, 10, 2)
+    learner = DiscreteSAC(d, n, SACConfig(**SMALL), action_features=feats, seed=1)
+    for _ in range(3):
+        learner.update(**_batch(rng, 16, d, n))
+    worker = DiscreteSAC(d, n, SACConfig(**SMALL), action_features=feats, seed=7)
+    critics = [t.clone() for t in worker.q1.state_dict().values()]
+    obs, mask = rng.standard_normal((10, d), dtype=np.float32), rng.random((10, n)) < 0.5
+    mask[:, 0] = True
+    worker.act(obs[0], mask[0])  # caches the old actor's action factors
+    state = learner.policy_state()
+    assert all(isinstance(v, np.ndarray) for v in state.values())
+    worker.load_policy_state(state)
+    np.testing.assert_array_equal(learner.policy_probs(obs[1], mask[1]), worker.policy_probs(obs[1], mask[1]))
+    assert [learner.act(o, m, deterministic=True) for o, m in zip(obs, mask)] == [
+        worker.act(o, m, deterministic=True) for o, m in zip(obs, mask)]
+    assert all(torch.equal(a, b) for a, b in zip(critics, worker.q1.state_dict().values()))
+    assert worker.n_updates == 0
+    with pytest.raises(ValueError, match=r"missing keys \['bias'\]"):
+        worker.load_policy_state({k: v for k, v in state.items() if k != "bias"})
+    with pytest.raises(ValueError, match=r"policy state\['bias'\] has shape \(3,\), this actor's is \(48,\)"):
+        worker.load_policy_state({**state, "bias": np.zeros(3, np.float32)})
+
+
 def test_state_dict_is_a_snapshot() -> None:
     rng = np.random.default_rng(13)
     agent = DiscreteSAC(4, 20, SACConfig(**SMALL), seed=0)

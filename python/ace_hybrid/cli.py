@@ -284,6 +284,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     import time
 
     from ace_hybrid.config import Config, describe_fields, load_config
+    from ace_hybrid.training.executors import WorkerError
     from ace_hybrid.training.loop import TrainingInterrupted, train
 
     if args.help_config:
@@ -316,6 +317,12 @@ def cmd_train(args: argparse.Namespace) -> int:
         print("interrupted before saving: " + (f"resume from the last checkpoint with: {resume}" if saved
                                                else "no checkpoint was saved yet"))
         return 130
+    except WorkerError as exc:  # the learner is fine; what it had not saved is lost, as with a kill
+        saved = (Path(run_dir) / "checkpoint.pt").is_file()
+        print(f"ace-hybrid train: error: {exc}", file=sys.stderr)
+        print(f"resume from the last checkpoint with: {resume}" if saved else "no checkpoint was saved yet",
+              file=sys.stderr)
+        return 1
     for warning in summary["warnings"]:
         print(f"warning: {warning}", file=sys.stderr)
     last = summary["last_eval"]

@@ -36,6 +36,12 @@ ACTOR_RANKERS = ("llm", "lac", "sim", "q", "random", "score")
 QUEUE_OVERFLOW = ("skip", "drop_oldest")
 """Valid values of :attr:`ACEConfig.queue_overflow`."""
 
+EXECUTORS = ("local", "ray")
+"""Valid values of :attr:`TrainConfig.executor`."""
+
+MAX_WORKERS = 64
+"""Largest :attr:`TrainConfig.workers` (one process and one environment each)."""
+
 
 def _check(cond: bool, name: str, value: Any, valid: str) -> None:
     if not cond:
@@ -178,6 +184,24 @@ class TrainConfig:
     (2 shared cores: one update at 67k actions 20% slower on 2 threads with OMP_WAIT_POLICY=PASSIVE, ~15x slower
     without it); raise it on a dedicated machine with more cores. Export OMP_WAIT_POLICY=PASSIVE before starting
     Python whenever this is not 1: OpenMP reads it once, when torch is imported, so the package cannot set it."""
+    workers: int = 0
+    """Rollout workers (0: the learner's process steps the environment itself, one decision then its updates, the
+    classic loop). N >= 1: N workers, each with its own environment, seeds and a copy of the policy, step the grid
+    while the learner updates; their transitions come back in batches (see ace_hybrid.training.rollout). Each worker
+    takes one CPU core and one torch thread; the learner needs little CPU when updates are few."""
+    sync_every: int = 20
+    """The learner sends the workers its policy (weights and normaliser, with a version number) after every this
+    many updates. A run without updates (updates_per_decision = 0, or before learning_starts) never sends: the
+    policy has not changed, and each worker's normaliser follows its own decisions."""
+    executor: str = "local"
+    """Where the workers run: "local" (processes started by the learner, multiprocessing's spawn) or "ray" (Ray
+    actors: pip install 'ace-hybrid[cluster]'). The same worker code runs either way."""
+    ray_address: str = ""
+    """executor = "ray": the cluster to join ("auto", or "ray://head:10001"); "" starts a local Ray with one CPU per
+    worker, which stops with the run. On a cluster, every node needs ace_hybrid and the Grid2Op data installed."""
+    worker_batch_steps: int = 100
+    """Environment steps a worker runs between two messages to the learner (its transitions, counts and timings
+    travel together): more steps, fewer messages; fewer, fresher data and policies."""
 
     def validate(self) -> None:
         _check(self.total_env_steps > 0, "train.total_env_steps", self.total_env_steps, "must be > 0")
@@ -191,6 +215,17 @@ class TrainConfig:
         _check(0.0 <= self.imitation_weight <= 1000.0, "train.imitation_weight", self.imitation_weight,
                "must be in [0, 1000]")
         _check(self.torch_threads >= 0, "train.torch_threads", self.torch_threads, "must be >= 0")
+        _check(0 <= self.workers <= MAX_WORKERS, "train.workers", self.workers, f"must be in [0, {MAX_WORKERS}]")
+        _check(self.sync_every >= 1, "train.sync_every", self.sync_every, "must be >= 1")
+        _check(self.executor in EXECUTORS, "train.executor", self.executor, f"must be one of {EXECUTORS}")
+        _check(self.executor == "local" or self.workers >= 1, "train.executor", self.executor,
+               "'ray' runs rollout workers: set train.workers >= 1")
+        _check(isinstance(self.ray_address, str), "train.ray_address", self.ray_address,
+               "must be a string ('' for a local Ray)")
+        _check(not self.ray_address or self.executor == "ray", "train.ray_address", self.ray_address,
+               "is read only with train.executor = 'ray'")
+        _check(1 <= self.worker_batch_steps <= 100_000, "train.worker_batch_steps", self.worker_batch_steps,
+               "must be in [1, 100000]")
 
 
 @dataclass
@@ -599,6 +634,12 @@ class Config:
     def validate(self) -> "Config":
         for f in dataclasses.fields(self):
             getattr(self, f.name).validate()
+        if self.train.workers and self.llm.backend != "none" and self.ace.actor:
+            # The actor validates a refinement in a copy of the environment taken at the decision; that copy lives
+            # in the worker's process, and an environment copy cannot travel to the learner.
+            raise ValueError(f"train.workers = {self.train.workers} > 0 runs SAC without the LLM actor (its "
+                             "refinements need a copy of the worker's environment at each decision); set "
+                             "ace.actor = false (the LLM critic still runs, in the learner) or train.workers = 0")
         if self.replay.rl_capacity < self.sac.batch_size:
             raise ValueError(f"replay.rl_capacity = {self.replay.rl_capacity} must be >= sac.batch_size = "
                              f"{self.sac.batch_size}")

@@ -75,6 +75,7 @@ from ace_hybrid.agents import make_agent
 from ace_hybrid.config import Config, load_config, read_toml
 from ace_hybrid.files import atomic_write_json
 from ace_hybrid.grid.evaluation import evaluate
+from ace_hybrid.processes import exit_with_parent
 
 BASELINE_KINDS: tuple[str, ...] = ("donothing", "reco", "greedy", "llm_lac")
 """Rows that only test a fixed agent."""
@@ -914,19 +915,6 @@ def run_cell_group(spec: ExperimentSpec, group: Sequence[tuple[RowSpec, int | No
                 env.close()
 
 
-def _exit_with_parent(parent: int) -> None:
-    """Worker initializer: a daemon thread ends the worker when its parent is gone (killed, not Ctrl-C'd: Ctrl-C
-    reaches the whole process group), so an orphan never goes on writing cells into the output folder."""
-    import threading
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(1.0)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
-
-
 def _run_group_in_worker(spec: ExperimentSpec, group: Sequence[tuple[RowSpec, int | None, Config]], out: Path,
                          trained: dict[tuple[str, str], dict[str, Any]]) -> list[dict[str, Any]]:
     for _, _, cfg in group:
@@ -948,7 +936,7 @@ def _run_in_workers(spec: ExperimentSpec, todo: Sequence[tuple[RowSpec, int | No
 
     groups = sorted(cell_groups(todo), key=cost, reverse=True)
     with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
-                             initializer=_exit_with_parent, initargs=(os.getpid(),)) as pool:
+                             initializer=exit_with_parent, initargs=(os.getpid(),)) as pool:
         pending = {pool.submit(_run_group_in_worker, spec, group, out, trained) for group in groups}
         while pending:
             finished, pending = wait(pending, return_when=FIRST_EXCEPTION)

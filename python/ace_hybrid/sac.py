@@ -903,6 +903,33 @@ class DiscreteSAC:
             state[name] = opt.state_dict()
         return copy.deepcopy(_to_cpu(state))
 
+    def policy_state(self) -> dict[str, np.ndarray]:
+        """The actor's parameters and buffers as numpy copies: what acting needs, for an agent that only acts (a
+        rollout worker). No critics, targets, optimiser moments or generator: one network of five, and nothing a
+        receiver could train with or would have to keep in step."""
+        return {k: v.detach().cpu().numpy().copy() for k, v in self.actor.state_dict().items()}
+
+    def load_policy_state(self, state: dict[str, np.ndarray]) -> None:
+        """Put :meth:`policy_state` of an agent with the same obs_dim, n_actions and network shape into this one's
+        actor (its critics, optimisers and exploration generator are left as they are).
+
+        Raises
+        ------
+        ValueError
+            Naming the missing or unexpected keys, or a key whose shape differs from this actor's.
+        """
+        mine = self.actor.state_dict()
+        missing, unexpected = sorted(set(mine) - set(state)), sorted(set(state) - set(mine))
+        if missing or unexpected:
+            raise ValueError(f"policy state does not fit this actor: missing keys {missing}, unexpected keys "
+                             f"{unexpected}")
+        for key, value in state.items():
+            if tuple(np.shape(value)) != tuple(mine[key].shape):
+                raise ValueError(f"policy state[{key!r}] has shape {tuple(np.shape(value))}, this actor's is "
+                                 f"{tuple(mine[key].shape)}")
+        self.actor.load_state_dict({k: torch.as_tensor(np.asarray(v)) for k, v in state.items()})
+        self._factor_cache.clear()
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restores a :meth:`state_dict` of an agent with the same obs_dim, n_actions and network shape.
 

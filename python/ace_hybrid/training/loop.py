@@ -12,6 +12,11 @@ fine-tunes the LLM's LoRA adapter (saved under ``adapters/``, named in the check
 thread behind a bounded queue (``ace.async_llm``): the loop hands work over and commits results at its hooks, never
 waiting, except at the end, when the queue drains before the last checkpoint.
 
+With ``train.workers`` >= 1 the environments step elsewhere (:mod:`ace_hybrid.training.rollout`, in local processes
+or Ray actors: :mod:`ace_hybrid.training.executors`): this process is the learner (:func:`learn_from_workers`), which
+stores their batches, updates, sends them the policy every ``train.sync_every`` updates, and evaluates, logs and
+saves on the same environment-step schedule.
+
 Run directory layout::
 
     config.json          the full configuration of the run
@@ -46,10 +51,13 @@ from ace_hybrid.grid.evaluation import EvaluationReport, evaluate
 from ace_hybrid.grid.rules import in_danger
 from ace_hybrid.training.ace import attach_llm
 from ace_hybrid.training.checkpoint import clock_train_time, restore, save_checkpoint
+from ace_hybrid.training.executors import import_ray, make_executor
+from ace_hybrid.training.metrics import Throughput
 from ace_hybrid.training.policy import agent_of
+from ace_hybrid.training.rollout import TransitionBatch, plan_workers, policy_weights
 from ace_hybrid.training.run import Pending, Run
 
-__all__ = ["StopOnSigint", "TrainingInterrupted", "train"]
+__all__ = ["StopOnSigint", "TrainingInterrupted", "learn_from_workers", "train"]
 
 log = logging.getLogger(__name__)
 
@@ -67,14 +75,21 @@ def train(cfg: Config | None, run_dir: str | Path, *, resume: bool = False,
         After the first Ctrl-C (SIGINT, main thread only): the run stops after the current environment step and
         saves a checkpoint first. A second Ctrl-C raises KeyboardInterrupt at once, without saving.
     """
+    if cfg is not None and not resume and cfg.train.executor == "ray":
+        import_ray()  # a missing Ray fails now, not after the environments are built
     run = _open(cfg, Path(run_dir), resume, total_env_steps)
     cfg = run.cfg
     bar = _progress(run)
     run.clock = time.perf_counter()
+    run.throughput = Throughput(cfg.train.workers, run.counters.env_steps, run.counters.updates)
     try:
         with StopOnSigint(run):
-            while run.counters.env_steps < cfg.train.total_env_steps and not run.stop_requested:
-                train_episode(run, bar)
+            if cfg.train.workers:
+                learn_from_workers(run, bar)
+            else:
+                while run.counters.env_steps < cfg.train.total_env_steps and not run.stop_requested:
+                    train_episode(run, bar)
+            run.throughput.stop(run.counters.env_steps, run.counters.updates)
             if run.llm is not None and not run.stop_requested:  # the LLM's queued work, before the last checkpoint
                 _llm_hook(run, run.llm.drain, run)
             if run.stop_requested:
@@ -197,6 +212,82 @@ def train_episode(run: Run, bar: Any) -> None:
         pending.snapshot.close()  # stopped mid-episode: the pending decision is dropped, as a kill drops it
 
 
+def learn_from_workers(run: Run, bar: Any) -> None:
+    """The learner's side of parallel rollouts (``train.workers`` >= 1, :mod:`ace_hybrid.training.rollout`): store
+    what the workers send, update ``updates_per_decision`` times per received decision, send the policy every
+    ``train.sync_every`` updates, and evaluate / log / save on the environment-step schedule, until every worker has
+    made its share of the steps (or Ctrl-C). The learner waits on the executor when it has nothing to do, so an
+    environment-bound run leaves the cores to the workers.
+    """
+    cfg, c = run.cfg, run.counters
+    if c.env_steps >= cfg.train.total_env_steps:  # a resumed run whose budget is spent: no worker to start
+        return
+    executor = make_executor(cfg.train.executor, cfg.train.ray_address)
+    try:
+        executor.start(plan_workers(run), policy_weights(run))
+        synced = c.updates
+        while not executor.finished and not run.stop_requested:
+            t0 = time.perf_counter()
+            batch = executor.collect(timeout=0.5)
+            waited = time.perf_counter() - t0
+            run.time_split["wait"] = run.time_split.get("wait", 0.0) + waited
+            run.throughput.wait(waited)
+            if batch is None:
+                continue
+            before = c.env_steps
+            store_batch(run, batch)
+            for _ in range(batch.decisions):
+                if run.stop_requested:
+                    break
+                update(run)
+                if c.updates - synced >= cfg.train.sync_every:
+                    executor.set_weights(policy_weights(run))
+                    synced = c.updates
+            bar.update(c.env_steps - before)
+            rates = run.throughput.window("bar", c.env_steps, c.updates, min_seconds=1.0)
+            if rates is not None:
+                bar.set_postfix(learner=f"{rates['rate/learner_updates_per_s']:.1f}upd/s",
+                                workers=f"{rates['rate/worker_env_steps_per_s']:.0f}steps/s", decisions=c.decisions,
+                                **_llm_postfix(run), refresh=False)
+            on_schedule(run, since=before)
+        run.throughput.stop(c.env_steps, c.updates)  # the workers' part ends here, not when they have exited
+    finally:
+        executor.close()
+
+
+def store_batch(run: Run, b: TransitionBatch) -> None:
+    """A worker's batch into the run: its transitions into the replay (the policy's in the RL partition, the
+    tutor's in the validated one, as :func:`store` does; in the worker's order, so its episodes chain in the RL
+    partition), its decisions into the normaliser, its steps, episodes and timings into the counters; each finished
+    episode is logged and (ACE's critic) handed to the LLM's episode hook."""
+    c = run.counters
+    rl, tutor = ~b.tutor, b.tutor
+    if rl.any():
+        run.replay.add_rl_batch(b.obs[rl], b.action[rl], b.reward[rl], b.next_obs[rl], b.done[rl], b.truncated[rl],
+                                b.episode[rl], b.decision[rl])
+    if tutor.any():
+        n = int(tutor.sum())
+        run.replay.add_llm_batch(b.obs[tutor], b.action[tutor], b.reward[tutor], b.next_obs[tutor], b.done[tutor],
+                                 b.truncated[tutor], b.episode[tutor], b.decision[tutor], np.zeros(n),
+                                 np.ones(n, dtype=bool))
+    if b.decisions:
+        run.normalizer.update(b.obs)
+    c.decisions += b.decisions
+    c.env_steps += b.env_steps
+    if b.started:
+        c.next_episode = max(c.next_episode, max(b.started) + 1)
+    run.throughput.batch(b.worker, b.env_steps, b.seconds["busy"], float(np.sum(c.updates - b.version)),
+                         b.decisions, c.updates)
+    for key in ("env", "reset", "tutor", "act"):
+        run.time_split[key] = run.time_split.get(key, 0.0) + b.seconds[key]
+    run.safe_rule.simulate_seconds += b.seconds["safe_rule_simulate"]  # the workers' rules: the run's simulations
+    for _, steps, blackout in b.finished:
+        c.episodes += 1
+        run.logger.write(c.env_steps, {"episode/steps": steps, "episode/blackout": float(blackout)})
+        if run.llm is not None:
+            _llm_hook(run, run.llm.after_episode, run)
+
+
 def decide(run: Run, obs: Any, x: np.ndarray, episode: int, decision: int) -> Pending:
     """The policy's action in a danger state (sampled: SAC explores through its entropy), or the tutor's during the
     expert-guided warm start (``train.tutor_steps``)."""
@@ -267,23 +358,35 @@ def update(run: Run) -> None:
         run.logger.write(run.counters.env_steps, {f"sac/{k}": v for k, v in result.metrics.items()})
 
 
-def on_schedule(run: Run) -> None:
-    """Commit the LLM's finished work (ACE), then log, evaluate and checkpoint when their intervals come up."""
+def on_schedule(run: Run, since: int | None = None) -> None:
+    """Commit the LLM's finished work (ACE), then log, evaluate and checkpoint when their intervals come up.
+
+    ``since``: the step count before the steps just made (default: one step ago). A worker's batch may pass
+    several due times at once: each comes up once, at the batch that reaches it. With rollout workers the log line
+    carries the learner's and the workers' rates (:class:`~ace_hybrid.training.metrics.Throughput`).
+    """
     c, cfg = run.counters, run.cfg
+    since = c.env_steps - 1 if since is None else since
     if run.llm is not None:
         _llm_hook(run, run.llm.poll, run)
-    if c.env_steps % cfg.log.log_every == 0:
+    if c.env_steps // cfg.log.log_every > since // cfg.log.log_every:
+        rates = run.throughput.window("log", c.env_steps, c.updates) if cfg.train.workers else None
         run.logger.write(c.env_steps, {"train/decisions": c.decisions, "train/updates": c.updates,
                                        "train/replay": len(run.replay), **{f"time/{k}": v for k, v in
-                                                                           run.time_split.items()}})
+                                                                           run.time_split.items()}, **(rates or {})})
     # Each due time moves on before its save, so the checkpoint does not count it as still due (a resumed run would
     # save again at once).
     if cfg.train.eval_every and c.env_steps >= c.next_eval:
-        c.next_eval += cfg.train.eval_every
+        c.next_eval = _next_due(c.next_eval, cfg.train.eval_every, c.env_steps)
         evaluate_and_keep_best(run)
     if c.env_steps >= c.next_checkpoint:
-        c.next_checkpoint += cfg.train.checkpoint_every
+        c.next_checkpoint = _next_due(c.next_checkpoint, cfg.train.checkpoint_every, c.env_steps)
         save_checkpoint(run)
+
+
+def _next_due(due: int, every: int, now: int) -> int:
+    """The first due time after ``now`` on the grid ``due + k * every`` (``due + every`` when ``now == due``)."""
+    return due + every * ((now - due) // every + 1)
 
 
 def evaluate_and_keep_best(run: Run) -> EvaluationReport:
@@ -306,13 +409,16 @@ def evaluate_and_keep_best(run: Run) -> EvaluationReport:
 
 
 def summary(run: Run) -> dict[str, Any]:
-    """What ``train`` returns: counters, the last evaluation, time split and (ACE) the LLM's totals."""
+    """What ``train`` returns: counters, the last evaluation, time split, the learner's and workers' rates
+    (``rates``: :meth:`Throughput.summary`, what a throughput benchmark reads) and (ACE) the LLM's totals."""
     c = run.counters
     last = c.eval_history[-1] if c.eval_history else {}
     split = {**run.time_split, "safe_rule_simulate": run.safe_rule.simulate_seconds}
     out = {"env_steps": c.env_steps, "decisions": c.decisions, "updates": c.updates, "episodes": c.episodes,
            "best_survival": c.best_survival, "last_eval": last, "train_seconds": c.train_seconds,
            "time_split": split, "run_dir": str(run.dir)}
+    if run.throughput is not None:
+        out["rates"] = run.throughput.summary()
     if run.llm is not None:
         out["llm"] = run.llm.summary()
     out["warnings"] = _warnings(run)

@@ -25,7 +25,7 @@ from ace_hybrid.grid.reward import step_reward
 from ace_hybrid.grid.rules import SafeRule
 from ace_hybrid.replay import MixedReplayBuffer
 from ace_hybrid.sac import DiscreteSAC
-from ace_hybrid.training.metrics import MetricsLogger
+from ace_hybrid.training.metrics import MetricsLogger, Throughput
 
 __all__ = ["Counters", "Pending", "Run", "action_set_indices"]
 
@@ -47,9 +47,14 @@ class Counters:
     """Progress of a run; saved in every checkpoint."""
 
     env_steps: int = 0
+    """Environment steps, safe-rule steps included (with rollout workers: the sum of what they have sent)."""
     decisions: int = 0
     updates: int = 0
     episodes: int = 0
+    """Training episodes started (with rollout workers: finished, as the learner hears of them)."""
+    next_episode: int = 0
+    """With rollout workers: one past the largest episode id a worker has started (as the learner heard), where a
+    resumed run's ids start, so that an id is never given to two episodes (the LLM critic groups by id)."""
     next_eval: int = 0
     next_checkpoint: int = 0
     best_survival: float = -1.0
@@ -76,6 +81,8 @@ class Pending:
     """The grid collapsed during the transition."""
     tutor: bool = False
     """The tutor (greedy expert) decided, not the policy: the transition goes to the validated partition."""
+    version: int = 0
+    """Version of the policy that chose the action (rollout workers: the learner's update count when it sent it)."""
 
 
 class Run:
@@ -127,6 +134,8 @@ class Run:
         """When ``counters.train_seconds`` was last brought up to date (``train`` resets it when it starts)."""
         self.stop_requested = False
         """Set by Ctrl-C during ``train``: the loop stops after the current environment step and saves."""
+        self.throughput: Throughput | None = None
+        """The learner's and workers' rates over the current session of ``train`` (set when it starts)."""
 
     def step_reward(self, obs: Any, blackout: bool) -> float:
         """The reward of one environment step under this run's ``[reward]`` settings."""

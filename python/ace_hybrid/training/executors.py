@@ -1,0 +1,383 @@
+"""Where rollout workers run: local processes or Ray actors, behind one small interface.
+
+Both executors run the same :class:`~ace_hybrid.training.rollout.RolloutWorker` (Ray is an executor, not a second
+code path) and offer the learner the same four calls:
+
+``start(specs, policy)``
+    Build one worker per spec, give each the first policy and set them going.
+``set_weights(policy)``
+    Send a new policy to every worker still running; never waits for them.
+``collect(timeout)``
+    The next :class:`~ace_hybrid.training.rollout.TransitionBatch` from any worker, blocking up to ``timeout``
+    seconds (the learner sleeps here when it has nothing to do, rather than spin); None when none came. A worker
+    that raised or died raises :class:`WorkerError` here, naming it.
+``close()``
+    Stop the workers (what they were doing is dropped) and release them. Safe to call twice.
+
+``finished`` is True once every worker has sent its last batch (its share of the steps is done).
+
+Local processes (``train.executor = "local"``)
+----------------------------------------------
+One process per worker from multiprocessing's "spawn" context (a fresh interpreter: no forked torch or grid2op
+state). Batches come back through one bounded queue (two per worker: a worker that gets that far ahead of the
+learner waits), policies go out through one queue per worker, and a worker takes the newest one before each batch.
+A worker ignores SIGINT -- a terminal's Ctrl-C reaches the whole process group, and it is the learner's to handle
+(it saves, then stops the workers) -- and ends when its parent dies (:func:`ace_hybrid.processes.exit_with_parent`).
+It only exits when told: one that exits otherwise died, and the learner says so.
+
+Ray actors (``train.executor = "ray"``)
+---------------------------------------
+One actor per worker (``num_cpus=1``), with two ``collect`` calls in flight each, so an actor starts its next batch
+while the learner reads the last. Policies are put once in the object store and sent by reference; an actor applies
+one after the calls already queued. If Ray is not running, a local instance is started with one CPU per worker
+(or per core, if more) and stopped at ``close``; ``train.ray_address`` joins a cluster instead, whose nodes need
+ace_hybrid and the Grid2Op data. Actors are owned by the learner's process: Ray stops them when it exits or dies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import signal
+import time
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Protocol
+
+from ace_hybrid.processes import exit_with_parent
+from ace_hybrid.training.rollout import PolicyWeights, RolloutWorker, TransitionBatch, WorkerSpec
+
+__all__ = ["Executor", "LocalExecutor", "RayExecutor", "WorkerError", "import_ray", "make_executor"]
+
+_STOP = "stop"
+"""A local worker's command to return (anything else on its queue is a PolicyWeights)."""
+
+
+class WorkerError(RuntimeError):
+    """A rollout worker raised or died; the message names it and carries its traceback or exit status."""
+
+
+class Executor(Protocol):
+    """What the learner needs from an executor (see the module docstring)."""
+
+    @property
+    def finished(self) -> bool: ...
+
+    def start(self, specs: list[WorkerSpec], policy: PolicyWeights) -> None: ...
+
+    def set_weights(self, policy: PolicyWeights) -> None: ...
+
+    def collect(self, timeout: float) -> TransitionBatch | None: ...
+
+    def close(self) -> None: ...
+
+
+def make_executor(kind: str, ray_address: str = "") -> Executor:
+    """The executor ``train.executor`` names ("local" or "ray"; ValueError otherwise)."""
+    if kind == "local":
+        return LocalExecutor()
+    if kind == "ray":
+        return RayExecutor(ray_address)
+    raise ValueError(f"train.executor = {kind!r} is invalid: must be one of ('local', 'ray')")
+
+
+def import_ray() -> Any:
+    """The ``ray`` module, or an ImportError that names the extra to install (``train`` calls it before it builds
+    anything when ``train.executor = "ray"``: a missing Ray fails at start-up, not after the environments)."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise ImportError("train.executor = 'ray' needs Ray: pip install 'ace-hybrid[cluster]' (or ray>=2.9)") from exc
+    return ray
+
+
+def _one_torch_thread() -> None:
+    """A worker steps one environment: more torch threads would only fight the learner and the other workers."""
+    import torch
+
+    torch.set_num_threads(1)
+
+
+# ---------------------------------------------------------------------------------------------- local processes
+
+
+@contextlib.contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    """Hold SIGINT back while children start: they inherit the mask, so a Ctrl-C in that window stays pending in
+    them until they ignore it, and is delivered to the parent (not lost) when the block ends."""
+    if not hasattr(signal, "pthread_sigmask"):  # pragma: no cover - not POSIX
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _local_worker_main(worker_cls: type, spec: WorkerSpec, commands: Any, results: Any, parent: int) -> None:
+    """A local worker's process: build the worker, then one batch after another (each with the newest policy) until
+    its budget is spent or it is told to stop.
+
+    An exception goes to the learner as text (it may not pickle), then the process waits to be stopped, like one
+    whose budget is spent: so a worker that exits unasked is a dead one."""
+    exit_with_parent(parent)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    worker, message = None, None
+    try:
+        _one_torch_thread()
+        worker = worker_cls(spec)
+        message = commands.get()  # the first policy
+        while not _is_stop(message):
+            if message is not None:
+                worker.set_policy(message)
+            batch = worker.collect()
+            results.put(("batch", spec.index, batch))
+            if batch.last:
+                break
+            message = _newest(commands)
+    except BaseException:  # noqa: BLE001 - everything goes to the learner, which raises it
+        results.put(("error", spec.index, traceback.format_exc()))
+    finally:
+        if worker is not None:
+            worker.close()
+    while not _is_stop(message):
+        message = commands.get()
+
+
+def _is_stop(message: Any) -> bool:
+    return isinstance(message, str) and message == _STOP
+
+
+def _newest(commands: Any) -> Any:
+    """The last message waiting on ``commands`` (STOP wins over policies), or None when there is none."""
+    newest = None
+    while True:
+        try:
+            message = commands.get_nowait()
+        except queue.Empty:
+            return newest
+        if _is_stop(message):
+            return message
+        newest = message
+
+
+class LocalExecutor:
+    """Rollout workers as local processes (see the module docstring).
+
+    ``worker_cls`` builds a worker from a spec (the tests pass a failing one); ``stop_seconds`` is how long
+    :meth:`close` lets the workers finish their batch before it terminates them.
+    """
+
+    def __init__(self, worker_cls: type = RolloutWorker, stop_seconds: float = 2.0) -> None:
+        self.worker_cls = worker_cls
+        self.stop_seconds = float(stop_seconds)
+        self._processes: list[Any] = []
+        self._commands: list[Any] = []
+        self._results: Any = None
+        self._done: set[int] = set()
+        self._next_check = 0.0
+
+    @property
+    def finished(self) -> bool:
+        return len(self._done) == len(self._processes)
+
+    @property
+    def pids(self) -> list[int]:
+        """The workers' process ids, by worker index."""
+        return [int(p.pid) for p in self._processes]
+
+    def start(self, specs: list[WorkerSpec], policy: PolicyWeights) -> None:
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")
+        self._results = ctx.Queue(maxsize=2 * len(specs))
+        self._commands = [ctx.Queue() for _ in specs]
+        with _sigint_blocked():
+            for spec, commands in zip(specs, self._commands):
+                commands.put(policy)
+                p = ctx.Process(target=_local_worker_main, name=f"rollout-worker-{spec.index}", daemon=True,
+                                args=(self.worker_cls, spec, commands, self._results, os.getpid()))
+                p.start()
+                self._processes.append(p)
+
+    def set_weights(self, policy: PolicyWeights) -> None:
+        for k, commands in enumerate(self._commands):
+            if k not in self._done:
+                commands.put(policy)
+
+    def collect(self, timeout: float) -> TransitionBatch | None:
+        # A worker only exits when told: one that is gone is dead, even while the others keep the queue full.
+        now = time.monotonic()
+        if now >= self._next_check:
+            self._next_check = now + 0.5
+            self._check_alive()
+        try:
+            kind, k, payload = self._results.get(timeout=timeout)
+        except queue.Empty:
+            self._check_alive()
+            return None
+        if kind == "error":
+            raise WorkerError(f"rollout worker {k} failed:\n{payload}")
+        if payload.last:
+            self._done.add(k)
+        return payload
+
+    def _check_alive(self) -> None:
+        for k, p in enumerate(self._processes):
+            code = p.exitcode
+            if code is not None:
+                how = (f"was killed by {signal.Signals(-code).name}" if code < 0 else
+                       f"exited with code {code} (its error, if any, is on stderr above)")
+                raise WorkerError(f"rollout worker {k} (pid {p.pid}) {how} while the run needed it; its partial "
+                                  "episode is lost (resume from the last checkpoint)")
+
+    def close(self) -> None:
+        if not self._processes:
+            return
+        for commands in self._commands:
+            with contextlib.suppress(Exception):
+                commands.put(_STOP)
+        deadline = time.monotonic() + self.stop_seconds
+        while any(p.is_alive() for p in self._processes) and time.monotonic() < deadline:
+            with contextlib.suppress(Exception):  # a worker blocked on a full queue finishes its put
+                self._results.get(timeout=0.05)
+        for p in self._processes:
+            if p.is_alive():
+                p.terminate()
+            p.join(5.0)
+            if p.is_alive():  # pragma: no cover - ignores SIGTERM
+                p.kill()
+                p.join()
+        # Messages for dead readers would keep this process waiting at exit for its queue threads to flush them.
+        for q in [*self._commands, self._results]:
+            q.cancel_join_thread()
+            q.close()
+        self._processes, self._commands, self._results = [], [], None
+
+
+# ---------------------------------------------------------------------------------------------- Ray actors
+
+
+class _RayWorker:
+    """The actor Ray runs: a worker built in the actor's process, with one torch thread."""
+
+    def __init__(self, worker_cls: type, spec: WorkerSpec) -> None:
+        _one_torch_thread()
+        self.worker = worker_cls(spec)
+
+    def ready(self) -> bool:
+        return True
+
+    def set_policy(self, policy: PolicyWeights) -> None:
+        self.worker.set_policy(policy)
+
+    def collect(self) -> TransitionBatch:
+        return self.worker.collect()
+
+
+def _package_root() -> str:
+    """The directory holding this ace_hybrid package (a local Ray's workers import the learner's code)."""
+    return str(Path(__file__).resolve().parents[2])
+
+
+class RayExecutor:
+    """Rollout workers as Ray actors (see the module docstring).
+
+    ``address``: ``train.ray_address`` ("" for a local Ray). ``startup_seconds``: how long the actors may take to
+    be placed and built before :meth:`start` gives up (a cluster without free CPUs would otherwise wait forever).
+    """
+
+    def __init__(self, address: str = "", worker_cls: type = RolloutWorker, startup_seconds: float = 600.0,
+                 in_flight: int = 2) -> None:
+        self.address = address
+        self.worker_cls = worker_cls
+        self.startup_seconds = float(startup_seconds)
+        self.in_flight = int(in_flight)
+        self._ray: Any = None
+        self._owns_ray = False
+        self._actors: list[Any] = []
+        self._calls: dict[Any, int] = {}
+        """collect() calls in flight: object ref -> worker index."""
+        self._done: set[int] = set()
+
+    @property
+    def finished(self) -> bool:
+        return len(self._done) == len(self._actors)
+
+    @property
+    def actors(self) -> list[Any]:
+        """The actor handles, by worker index."""
+        return list(self._actors)
+
+    def start(self, specs: list[WorkerSpec], policy: PolicyWeights) -> None:
+        ray = self._ray = import_ray()
+        if not ray.is_initialized():
+            options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+            if self.address:
+                ray.init(address=self.address, **options)
+            else:
+                path = os.pathsep.join(p for p in (_package_root(), os.environ.get("PYTHONPATH", "")) if p)
+                ray.init(num_cpus=max(len(specs), os.cpu_count() or 1),
+                         runtime_env={"env_vars": {"PYTHONPATH": path}}, **options)
+            self._owns_ray = True
+        remote = ray.remote(num_cpus=1, max_restarts=0)(_RayWorker)
+        self._actors = [remote.remote(self.worker_cls, spec) for spec in specs]
+        try:
+            ray.get([a.ready.remote() for a in self._actors], timeout=self.startup_seconds)
+        except ray.exceptions.GetTimeoutError:
+            cpus = ray.cluster_resources().get("CPU", 0)
+            raise WorkerError(f"Ray did not start the {len(specs)} rollout workers within {self.startup_seconds:.0f} s:"
+                              f" each needs 1 CPU and the cluster has {cpus:g} (train.workers, train.ray_address)") \
+                from None
+        except ray.exceptions.RayError as exc:
+            raise WorkerError(f"a rollout worker failed to start on Ray:\n{exc}") from None
+        self.set_weights(policy)
+        for k in range(len(self._actors)):
+            for _ in range(self.in_flight):
+                self._calls[self._actors[k].collect.remote()] = k
+
+    def set_weights(self, policy: PolicyWeights) -> None:
+        ref = self._ray.put(policy)
+        for k, actor in enumerate(self._actors):
+            if k not in self._done:
+                actor.set_policy.remote(ref)
+
+    def collect(self, timeout: float) -> TransitionBatch | None:
+        ray = self._ray
+        if not self._calls:
+            time.sleep(timeout)
+            return None
+        ready, _ = ray.wait(list(self._calls), num_returns=1, timeout=timeout)
+        if not ready:
+            return None
+        k = self._calls.pop(ready[0])
+        try:
+            batch = ray.get(ready[0])
+        except ray.exceptions.RayActorError as exc:
+            raise WorkerError(f"rollout worker {k} died on Ray; its partial episode is lost (resume from the last "
+                              f"checkpoint):\n{exc}") from None
+        except ray.exceptions.RayError as exc:
+            raise WorkerError(f"rollout worker {k} failed:\n{exc}") from None
+        if batch.last:
+            self._done.add(k)
+        elif k not in self._done:
+            self._calls[self._actors[k].collect.remote()] = k
+        return batch
+
+    def close(self) -> None:
+        ray = self._ray
+        if ray is None:
+            return
+        for actor in self._actors:
+            with contextlib.suppress(Exception):
+                ray.kill(actor)
+        self._actors, self._calls = [], {}
+        if self._owns_ray:
+            ray.shutdown()
+            self._owns_ray = False
+        self._ray = None

@@ -1,0 +1,361 @@
+"""Parallel rollouts (train.workers >= 1): local processes and Ray actors, the same transitions from the same seeds,
+checkpoints and resume, Ctrl-C, and workers that fail or die (tiny runs on the 14-substation grid, 2 workers)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("grid2op")
+
+from ace_hybrid.config import load_config  # noqa: E402
+from ace_hybrid.replay import MixedReplayBuffer  # noqa: E402
+from ace_hybrid.training.checkpoint import load_checkpoint_file  # noqa: E402
+from ace_hybrid.training.executors import LocalExecutor, RayExecutor, WorkerError  # noqa: E402
+from ace_hybrid.training.loop import train  # noqa: E402
+from ace_hybrid.training.rollout import share, worker_seed  # noqa: E402
+
+import rollout_fixtures as fx  # noqa: E402 (tests/ is on sys.path: see conftest.py)
+from tiny_settings import TINY  # noqa: E402
+
+pytestmark = pytest.mark.grid2op
+
+TESTS = Path(__file__).resolve().parent
+PACKAGE_ROOT = Path(__import__("ace_hybrid").__file__).resolve().parents[1]
+QUIET = ["log.tensorboard=false", "train.workers=2", "train.worker_batch_steps=40"]
+FIXED = [*QUIET, "train.updates_per_decision=0", "train.eval_every=0", "train.checkpoint_every=100000",
+         "train.total_env_steps=160"]
+"""A fixed policy: nothing is learned, nothing is sent after the first policy."""
+
+
+def tiny(*extra: str):
+    return load_config(None, [*TINY, *extra])
+
+
+def transitions(run_dir: Path) -> dict[str, np.ndarray]:
+    """The RL partition of the run's last checkpoint, ordered by (episode, decision)."""
+    replay = MixedReplayBuffer.load(run_dir / load_checkpoint_file(run_dir / "checkpoint.pt")["replay_file"])
+    rows = replay.get(replay.rl_columns()["index"])
+    order = np.lexsort((rows.decision, rows.episode))
+    return {k: getattr(rows, k)[order] for k in ("episode", "decision", "obs", "action", "reward", "next_obs",
+                                                  "done", "truncated")}
+
+
+def assert_same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
+    for key, values in a.items():
+        np.testing.assert_array_equal(values, b[key], err_msg=key)
+
+
+# ------------------------------------------------------------------------------------------- configuration
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("train.workers=-1", r"train.workers = -1 is invalid: must be in \[0, 64\]"),
+    ("train.workers=65", r"train.workers = 65 is invalid: must be in \[0, 64\]"),
+    ("train.sync_every=0", r"train.sync_every = 0 is invalid: must be >= 1"),
+    ("train.executor=spark", r"train.executor = 'spark' is invalid: must be one of \('local', 'ray'\)"),
+    ("train.worker_batch_steps=0", r"train.worker_batch_steps = 0 is invalid: must be in \[1, 100000\]"),
+])
+def test_bad_worker_options_fail_at_start_naming_the_value(override: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        load_config(None, [override])
+
+
+def test_options_that_need_each_other_say_so() -> None:
+    with pytest.raises(ValueError, match="train.executor = 'ray' is invalid: 'ray' runs rollout workers"):
+        load_config(None, ["train.executor=ray"])
+    with pytest.raises(ValueError, match="train.ray_address = 'auto' is invalid: is read only with"):
+        load_config(None, ["train.workers=2", "train.ray_address=auto"])
+    ace = ["llm.backend=smollm2", "train.workers=2"]
+    with pytest.raises(ValueError, match="train.workers = 2 > 0 runs SAC without the LLM actor.*set ace.actor = "
+                                         "false .* or train.workers = 0"):
+        load_config(None, ace)
+    assert load_config(None, [*ace, "ace.actor=false"]).train.workers == 2  # the critic runs in the learner
+    assert load_config(None, ["train.workers=2", "train.executor=ray", "train.ray_address=auto"])
+
+
+def test_budgets_split_evenly_and_seeds_differ_per_worker_and_session() -> None:
+    assert [share(10, 3, k) for k in range(3)] == [4, 3, 3] and [share(0, 2, k) for k in range(2)] == [0, 0]
+    seeds = {worker_seed(0, k, first) for k in range(4) for first in (0, 8)}
+    assert len(seeds) == 8 and all(0 <= s < 2**63 for s in seeds)
+    assert all(0 <= worker_seed(s, 3, 0, bits=31) < 2**31 for s in range(20))  # Grid2Op's seeds are int32
+    assert worker_seed(1000, 0, 0) != worker_seed(0, 1, 0)  # unlike seed + 1000 k
+    with pytest.raises(ValueError, match=r"part 2 out of range \[0, 2\)"):
+        share(10, 2, 2)
+
+
+def test_rates_are_measured_while_every_worker_runs() -> None:
+    """Workers that start seconds apart must not be measured one after the other (a made-up clock)."""
+    from ace_hybrid.training.metrics import Throughput
+
+    now = [0.0]
+    meter = Throughput(2, env_steps=0, updates=0, clock=lambda: now[0])
+    arrivals = [(1, 0), (2, 0), (3, 1), (3, 0), (4, 0), (4, 1), (5, 0), (5, 1), (6, 1)]  # (time, worker)
+    for t, k in arrivals:
+        now[0] = float(t)
+        meter.wait(0.5)
+        meter.batch(k, 100, busy=0.9, lag_sum=3.0, rows=2, updates=10 * t)
+    rates = meter.window("log", env_steps=900, updates=60)
+    assert rates["rate/worker_env_steps_per_s"] == 150 and rates["rate/worker_1_env_steps_per_s"] == 400 / 6
+    assert rates["rate/learner_updates_per_s"] == 10 and rates["rollout/policy_lag"] == 1.5
+    meter.stop(env_steps=900, updates=60)
+    out = meter.summary()
+    assert out["startup_seconds"] == 1 and out["measured_seconds"] == 5
+    assert out["env_steps_per_s"] == 200  # (3, 5]: both workers ran, 4 batches in 2 s
+    assert out["overall_env_steps_per_s"] == 800 / 5 and out["learner_updates_per_s"] == 50 / 5
+    assert out["learner_busy"] == 1 - 4 / 5  # 8 waits of 0.5 s after the first batch
+    assert [w["env_steps_per_s"] for w in out["per_worker"]] == [100, 100]  # 400 in (1, 5], 300 in (3, 6]
+
+
+def test_the_default_path_never_imports_ray() -> None:
+    code = ("import sys\nimport ace_hybrid, ace_hybrid.cli, ace_hybrid.training.loop, ace_hybrid.training.executors\n"
+            "print('ray' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False,
+                         env={**os.environ, "PYTHONPATH": str(PACKAGE_ROOT)})
+    assert out.stdout.strip() == "False", out.stderr[-2000:]
+
+
+def test_ray_missing_names_the_extra_before_building_anything(tmp_path: Path) -> None:
+    code = ("import sys\nsys.modules['ray'] = None  # import of ray halted: not installed\n"
+            "from ace_hybrid.cli import main\n"
+            "sys.exit(main(['train', '--config', 'l2rpn_case14_sandbox', '--set', 'train.workers=1', '--set', "
+            f"'train.executor=ray', '--run-dir', {str(tmp_path / 'run')!r}]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False,
+                         env={**os.environ, "PYTHONPATH": str(PACKAGE_ROOT)})
+    assert out.returncode == 2 and "pip install 'ace-hybrid[cluster]'" in out.stderr, out.stderr[-2000:]
+    assert not (tmp_path / "run").exists()
+
+
+# --------------------------------------------------------------------------------------- local processes
+
+
+@pytest.mark.slow
+def test_local_workers_train_save_and_resume(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    summary = train(tiny(*QUIET, "train.total_env_steps=240", "train.tutor_steps=60", "train.tutor_budget=3",
+                         "replay.llm_capacity=200"), run)
+    assert summary["env_steps"] == 240 and summary["updates"] > 0
+    rates = summary["rates"]
+    assert [w["env_steps"] for w in rates["per_worker"]] == [120, 120]
+    assert rates["env_steps_per_s"] > 0 and rates["learner_updates_per_s"] > 0 and rates["startup_seconds"] > 0
+    state = load_checkpoint_file(run / "checkpoint.pt")
+    assert state["counters"]["env_steps"] == 240 and state["counters"]["decisions"] == summary["decisions"]
+    replay = MixedReplayBuffer.load(run / state["replay_file"])
+    # Every decision is one transition: the policy's in the RL partition, the tutor's (each worker's first 30 steps)
+    # in the validated partition.
+    assert 0 < replay.llm_valid_size <= 60
+    assert len(transitions(run)["action"]) + replay.llm_valid_size == summary["decisions"]
+    episodes = transitions(run)["episode"]
+    assert set(episodes % 2) == {0, 1}  # both workers' episodes, dealt round-robin
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    rated = [x for x in lines if "rate/learner_updates_per_s" in x]
+    assert rated and all(f"rate/worker_{k}_env_steps_per_s" in x for x in rated for k in (0, 1))
+    assert any("rollout/policy_lag" in x for x in rated) and any("sac/critic_loss" in x for x in lines)
+    assert (run / "best.pt").is_file() and list((run / "eval").glob("*/evaluation.json"))
+
+    saved_next = state["counters"]["next_episode"]
+    resumed = train(None, run, resume=True, total_env_steps=300)
+    assert resumed["env_steps"] == 300 and resumed["decisions"] > summary["decisions"]
+    new = set(transitions(run)["episode"].tolist()) - set(episodes.tolist())
+    assert new and min(new) >= saved_next  # a resumed run never reuses an episode id
+    steps = [json.loads(x)["env_steps"] for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == sorted(steps)
+
+
+@pytest.fixture(scope="module")
+def fixed_policy_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, np.ndarray]:
+    run = tmp_path_factory.mktemp("fixed") / "run"
+    summary = train(tiny(*FIXED), run)
+    assert summary["updates"] == 0 and [w["env_steps"] for w in summary["rates"]["per_worker"]] == [80, 80]
+    return transitions(run)
+
+
+@pytest.mark.slow
+def test_same_seeds_give_each_worker_the_same_transitions(fixed_policy_run, tmp_path: Path) -> None:
+    train(tiny(*FIXED), tmp_path / "again")
+    assert_same(fixed_policy_run, transitions(tmp_path / "again"))
+    by_worker = [fixed_policy_run["episode"] % 2 == k for k in (0, 1)]
+    assert all(rows.sum() > 0 for rows in by_worker)
+    first = [fixed_policy_run["obs"][rows][0] for rows in by_worker]
+    assert not np.array_equal(*first)  # each worker its own episodes and seeds
+
+
+def test_a_new_policy_reaches_the_workers() -> None:
+    executor = LocalExecutor(worker_cls=fx.StampWorker)
+    try:
+        executor.start([fx.spec(0), fx.spec(1)], fx.policy(0))
+        seen = _versions(executor, until=lambda v: all(v.get(k) == 0 for k in (0, 1)))
+        executor.set_weights(fx.policy(7))
+        seen = _versions(executor, until=lambda v: all(v.get(k) == 7 for k in (0, 1)))
+        assert seen == {0: 7, 1: 7}
+    finally:
+        executor.close()
+
+
+def _versions(executor, until, seconds: float = 60.0) -> dict[int, int]:
+    """Collect batches until ``until(latest version per worker)`` holds (a clear failure, never a hang)."""
+    latest: dict[int, int] = {}
+    deadline = time.monotonic() + seconds
+    while not until(latest):
+        assert time.monotonic() < deadline, f"versions seen: {latest}"
+        batch = executor.collect(timeout=0.5)
+        if batch is not None:
+            latest[batch.worker] = int(batch.version[0])
+    return latest
+
+
+def test_a_worker_that_raises_is_a_clear_error() -> None:
+    executor = LocalExecutor(worker_cls=fx.BrokenWorker)
+    try:
+        executor.start([fx.spec(0, workers=1)], fx.policy(0))
+        with pytest.raises(WorkerError, match="(?s)rollout worker 0 failed.*worker 0 broken on purpose"):
+            _versions(executor, until=lambda v: False)
+    finally:
+        executor.close()
+
+
+def test_a_killed_worker_is_a_clear_error_not_a_hang() -> None:
+    executor = LocalExecutor(worker_cls=fx.StampWorker)
+    try:
+        executor.start([fx.spec(0), fx.spec(1)], fx.policy(0))
+        _versions(executor, until=lambda v: len(v) == 2)
+        os.kill(executor.pids[1], signal.SIGKILL)
+        started = time.monotonic()
+        with pytest.raises(WorkerError, match=r"rollout worker 1 \(pid \d+\) was killed by SIGKILL"):
+            _versions(executor, until=lambda v: False)
+        assert time.monotonic() - started < 30
+    finally:
+        executor.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_workers_exit_when_the_learner_is_killed(tmp_path: Path) -> None:
+    code = (f"import sys, time\nsys.path.insert(0, {str(TESTS)!r})\nimport rollout_fixtures as fx\n"
+            "from ace_hybrid.training.executors import LocalExecutor\n"
+            "if __name__ == '__main__':\n"
+            "    ex = LocalExecutor(worker_cls=fx.StampWorker)\n"
+            "    ex.start([fx.spec(0), fx.spec(1)], fx.policy(0))\n"
+            "    print(*ex.pids, flush=True)\n"
+            "    time.sleep(600)\n")
+    script = tmp_path / "learner.py"
+    script.write_text(code)
+    with subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                          env={**os.environ, "PYTHONPATH": str(PACKAGE_ROOT)}) as learner:
+        try:
+            pids = [int(p) for p in learner.stdout.readline().split()]
+            assert len(pids) == 2
+            learner.send_signal(signal.SIGKILL)
+            learner.wait()
+            deadline = time.monotonic() + 30
+            while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert not any(_alive(p) for p in pids)
+        finally:
+            if learner.poll() is None:
+                learner.kill()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_workers_and_saves(tmp_path: Path) -> None:
+    """A terminal's Ctrl-C reaches the whole process group: the workers ignore it, the learner saves and exits."""
+    run = tmp_path / "run"
+    sets = [*TINY, *QUIET, "train.eval_every=0", "train.total_env_steps=100000", "train.checkpoint_every=80"]
+    cmd = [sys.executable, "-m", "ace_hybrid.cli", "train", *[a for s in sets for a in ("--set", s)],
+           "--run-dir", str(run)]
+    out, err = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
+    with out.open("w") as fout, err.open("w") as ferr:
+        proc = subprocess.Popen(cmd, stdout=fout, stderr=ferr, start_new_session=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.time() + 240
+        while not (run / "checkpoint.pt").exists():
+            assert proc.poll() is None and time.time() < deadline, err.read_text()[-2000:]
+            time.sleep(0.2)
+        first = load_checkpoint_file(run / "checkpoint.pt")["counters"]["env_steps"]
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=120) == 130, err.read_text()[-2000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert "Traceback" not in err.read_text() and "KeyboardInterrupt" not in err.read_text()
+    state = load_checkpoint_file(run / "checkpoint.pt")
+    final = state["counters"]["env_steps"]
+    assert final >= first and f"interrupted after {final} environment steps" in out.read_text()
+    assert len(MixedReplayBuffer.load(run / state["replay_file"])) == state["counters"]["decisions"]
+
+
+@pytest.mark.slow
+def test_the_llm_critic_runs_in_the_learner(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    pytest.importorskip("peft")
+    import llm_fixtures
+
+    model = llm_fixtures.build_tiny_model(tmp_path / "tiny_lm")
+    ace = ["llm.backend=transformers", f"llm.model_path={model}", "ace.actor=false", "ace.critic_start=0",
+           "ace.critic_every=1", "ace.r_key=0.0", "ace.critic_trajectories=1", "ace.async_llm=false",
+           "ace.pace_budget=false", "env.max_episode_steps=25"]
+    summary = train(tiny(*QUIET, *ace, "train.total_env_steps=120", "train.eval_every=0"), tmp_path / "run")
+    critic = summary["llm"]["critic"]
+    assert summary["env_steps"] == 120 and critic["rounds"] >= 1 and critic["adjusted_steps"] > 0
+    assert summary["llm"]["actor_calls"] == 0
+
+
+# -------------------------------------------------------------------------------------------------- Ray
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    ray = pytest.importorskip("ray")
+    path = os.pathsep.join([str(PACKAGE_ROOT), str(TESTS)])
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": path}})
+    yield ray
+    ray.shutdown()
+
+
+@pytest.mark.slow
+def test_ray_workers_make_the_local_transitions(ray_cluster, fixed_policy_run, tmp_path: Path) -> None:
+    summary = train(tiny(*FIXED, "train.executor=ray"), tmp_path / "run")
+    assert [w["env_steps"] for w in summary["rates"]["per_worker"]] == [80, 80]
+    assert_same(fixed_policy_run, transitions(tmp_path / "run"))
+    assert ray_cluster.is_initialized()  # a Ray the caller started is the caller's to stop
+
+
+@pytest.mark.slow
+def test_ray_workers_train_and_save(ray_cluster, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    summary = train(tiny(*QUIET, "train.executor=ray", "train.total_env_steps=160", "train.sync_every=5"), run)
+    assert summary["env_steps"] == 160 and summary["updates"] > 0 and summary["rates"]["policy_lag"] >= 0
+    state = load_checkpoint_file(run / "checkpoint.pt")
+    assert state["counters"]["env_steps"] == 160
+    assert len(MixedReplayBuffer.load(run / state["replay_file"])) == summary["decisions"]
+
+
+def test_a_killed_ray_worker_is_a_clear_error(ray_cluster) -> None:
+    executor = RayExecutor(worker_cls=fx.StampWorker)
+    try:
+        executor.start([fx.spec(0), fx.spec(1)], fx.policy(0))
+        _versions(executor, until=lambda v: len(v) == 2)
+        ray_cluster.kill(executor.actors[0])
+        with pytest.raises(WorkerError, match="rollout worker 0 died on Ray"):
+            _versions(executor, until=lambda v: False)
+    finally:
+        executor.close()
