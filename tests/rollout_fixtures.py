@@ -45,6 +45,24 @@ class StampWorker:
         pass
 
 
+class CountingWorker(StampWorker):
+    """Five one-step batches numbered 0..4 (in ``decision``), the fifth marked last; empty last batches after."""
+
+    def __init__(self, spec: WorkerSpec) -> None:
+        super().__init__(spec)
+        self.sent = 0
+
+    def collect(self) -> TransitionBatch:
+        batch = super().collect()
+        if self.sent >= 5:
+            empty = np.zeros((0, 1), np.float32)
+            return batch._replace(obs=empty, next_obs=empty, **{k: getattr(batch, k)[:0] for k in (
+                "action", "reward", "done", "truncated", "episode", "decision", "tutor", "version")},
+                env_steps=0, last=True)
+        self.sent += 1
+        return batch._replace(decision=np.array([self.sent - 1]), last=self.sent == 5)
+
+
 class BrokenWorker(StampWorker):
     """Fails while it is built."""
 

@@ -213,6 +213,27 @@ def _versions(executor, until, seconds: float = 60.0) -> dict[int, int]:
     return latest
 
 
+def _collect_until_finished(executor, seconds: float = 60.0) -> dict[int, list[int]]:
+    """Each worker's batch numbers (CountingWorker), in the order the executor gave them."""
+    seen: dict[int, list[int]] = {0: [], 1: []}
+    deadline = time.monotonic() + seconds
+    while not executor.finished:
+        assert time.monotonic() < deadline, f"batches seen: {seen}"
+        batch = executor.collect(timeout=0.5)
+        if batch is not None:
+            seen[batch.worker] += batch.decision.tolist()
+    return seen
+
+
+def test_local_batches_come_in_order_and_all_before_finished() -> None:
+    executor = LocalExecutor(worker_cls=fx.CountingWorker)
+    try:
+        executor.start([fx.spec(0), fx.spec(1)], fx.policy(0))
+        assert _collect_until_finished(executor) == {0: [0, 1, 2, 3, 4], 1: [0, 1, 2, 3, 4]}
+    finally:
+        executor.close()
+
+
 def test_a_worker_that_raises_is_a_clear_error() -> None:
     executor = LocalExecutor(worker_cls=fx.BrokenWorker)
     try:
@@ -347,6 +368,17 @@ def test_ray_workers_train_and_save(ray_cluster, tmp_path: Path) -> None:
     state = load_checkpoint_file(run / "checkpoint.pt")
     assert state["counters"]["env_steps"] == 160
     assert len(MixedReplayBuffer.load(run / state["replay_file"])) == summary["decisions"]
+
+
+def test_ray_batches_come_in_order_and_all_before_finished(ray_cluster) -> None:
+    """Two calls in flight per actor: the last batch must not be read before an earlier one that is also ready."""
+    executor = RayExecutor(worker_cls=fx.CountingWorker)
+    try:
+        executor.start([fx.spec(0), fx.spec(1)], fx.policy(0))
+        time.sleep(1.0)  # both calls of each actor done before the first read
+        assert _collect_until_finished(executor) == {0: [0, 1, 2, 3, 4], 1: [0, 1, 2, 3, 4]}
+    finally:
+        executor.close()
 
 
 def test_a_killed_ray_worker_is_a_clear_error(ray_cluster) -> None:

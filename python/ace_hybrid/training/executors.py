@@ -28,7 +28,7 @@ It only exits when told: one that exits otherwise died, and the learner says so.
 Ray actors (``train.executor = "ray"``)
 ---------------------------------------
 One actor per worker (``num_cpus=1``), with two ``collect`` calls in flight each, so an actor starts its next batch
-while the learner reads the last. Policies are put once in the object store and sent by reference; an actor applies
+while the learner reads the last; a worker's batches are read in the order it made them, as locally. Policies are put once in the object store and sent by reference; an actor applies
 one after the calls already queued. If Ray is not running, a local instance is started with one CPU per worker
 (or per core, if more) and stopped at ``close``; ``train.ray_address`` joins a cluster instead, whose nodes need
 ace_hybrid and the Grid2Op data. Actors are owned by the learner's process: Ray stops them when it exits or dies.
@@ -42,6 +42,7 @@ import queue
 import signal
 import time
 import traceback
+from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
@@ -301,8 +302,9 @@ class RayExecutor:
         self._ray: Any = None
         self._owns_ray = False
         self._actors: list[Any] = []
-        self._calls: dict[Any, int] = {}
-        """collect() calls in flight: object ref -> worker index."""
+        self._calls: list[deque[Any]] = []
+        """Each worker's collect() calls in flight, oldest first: a worker's batches are read in the order it made
+        them (``ray.wait`` alone could return its last batch before an earlier one that is also ready)."""
         self._done: set[int] = set()
 
     @property
@@ -337,9 +339,7 @@ class RayExecutor:
         except ray.exceptions.RayError as exc:
             raise WorkerError(f"a rollout worker failed to start on Ray:\n{exc}") from None
         self.set_weights(policy)
-        for k in range(len(self._actors)):
-            for _ in range(self.in_flight):
-                self._calls[self._actors[k].collect.remote()] = k
+        self._calls = [deque(actor.collect.remote() for _ in range(self.in_flight)) for actor in self._actors]
 
     def set_weights(self, policy: PolicyWeights) -> None:
         ref = self._ray.put(policy)
@@ -349,13 +349,15 @@ class RayExecutor:
 
     def collect(self, timeout: float) -> TransitionBatch | None:
         ray = self._ray
-        if not self._calls:
+        oldest = {calls[0]: k for k, calls in enumerate(self._calls) if calls}
+        if not oldest:
             time.sleep(timeout)
             return None
-        ready, _ = ray.wait(list(self._calls), num_returns=1, timeout=timeout)
+        ready, _ = ray.wait(list(oldest), num_returns=1, timeout=timeout)
         if not ready:
             return None
-        k = self._calls.pop(ready[0])
+        k = oldest[ready[0]]
+        self._calls[k].popleft()
         try:
             batch = ray.get(ready[0])
         except ray.exceptions.RayActorError as exc:
@@ -365,8 +367,9 @@ class RayExecutor:
             raise WorkerError(f"rollout worker {k} failed:\n{exc}") from None
         if batch.last:
             self._done.add(k)
-        elif k not in self._done:
-            self._calls[self._actors[k].collect.remote()] = k
+            self._calls[k].clear()  # the calls after its last batch have no steps
+        else:
+            self._calls[k].append(self._actors[k].collect.remote())
         return batch
 
     def close(self) -> None:
@@ -376,7 +379,7 @@ class RayExecutor:
         for actor in self._actors:
             with contextlib.suppress(Exception):
                 ray.kill(actor)
-        self._actors, self._calls = [], {}
+        self._actors, self._calls = [], []
         if self._owns_ray:
             ray.shutdown()
             self._owns_ray = False
