@@ -38,6 +38,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "l2rpn_neurips_2020_track1.toml"
 SATURATION_PAGE = ROOT / "docs" / "learner_saturation.md"
 WORKER_COUNTS = (1, 2, 4, 8, 16, 32, 64)
+UPDATES_PER_DECISION = (4, 1)
+"""make run's updates per decision, and the configurations' default."""
 
 SAC = "SAC-only, in-process"
 ACE = "ACE (smollm2), in-process"
@@ -87,14 +89,16 @@ def run_once(overrides: list[str], steps: int, seed: int) -> dict:
     queue = s.get("llm", {}).get("queue", {})
     drain = float(queue.get("drain_seconds", 0.0))
     rates = s.get("rates", {})
-    loop_seconds = s["train_seconds"] - drain - s["time_split"]["eval"]
+    if rates.get("workers"):  # from the first batch on, while every worker runs (metrics.Throughput)
+        seconds, steps_per_s = rates["measured_seconds"], rates["env_steps_per_s"]
+    else:  # the in-process loop: its training time without the evaluations and ACE's final drain
+        seconds = s["train_seconds"] - drain - s["time_split"]["eval"]
+        steps_per_s = s["env_steps"] / seconds
     return {"env_steps": s["env_steps"], "decisions": s["decisions"], "updates": s["updates"], "wall": wall,
-            "loop_seconds": loop_seconds, "drain": drain, "update_seconds": s["time_split"]["update"],
-            "env_seconds": s["time_split"]["env"] + s["time_split"]["reset"],
-            "steps_per_s": rates.get("env_steps_per_s", s["env_steps"] / loop_seconds),
-            "decisions_per_s": rates.get("decisions_per_s", s["decisions"] / loop_seconds),
-            "updates_per_s": rates.get("learner_updates_per_s", s["updates"] / loop_seconds),
-            "worker_steps_per_s": rates.get("worker_env_steps_per_s"), "startup": rates.get("startup_seconds", 0.0),
+            "drain": drain, "update_seconds": s["time_split"]["update"], "steps_per_s": steps_per_s,
+            "decisions_per_s": s["decisions"] / s["env_steps"] * steps_per_s,
+            "updates_per_s": rates.get("learner_updates_per_s") if rates.get("workers") else s["updates"] / seconds,
+            "learner_busy": rates.get("learner_busy"), "startup": rates.get("startup_seconds", 0.0),
             "llm_calls": s.get("llm", {}).get("calls"), "accepted": s.get("llm", {}).get("accepted")}
 
 
@@ -135,24 +139,26 @@ def saturation(results: dict[str, list[dict]]) -> tuple[str, dict[str, float]]:
     env-bound rate, assuming one core per worker). The learner saturates when that demand reaches one second per
     second (one core)."""
     one = results[LOCAL.format(n=1)]
-    per_worker = float(np.median([r["worker_steps_per_s"] or r["steps_per_s"] for r in one]))
+    per_worker = float(np.median([r["steps_per_s"] for r in one]))
     sac = results[SAC]
     dec_per_step = float(np.median([r["decisions"] / r["env_steps"] for r in sac]))
     sec_per_update = float(np.median([r["update_seconds"] / max(r["updates"], 1) for r in sac]))
-    upd = 4
-    demand = upd * dec_per_step * sec_per_update  # learner seconds per environment step
-    n_star = 1.0 / (per_worker * demand)
+    per_update = dec_per_step * sec_per_update  # learner seconds per environment step and update per decision
+    n_star = {u: 1.0 / (per_worker * u * per_update) for u in UPDATES_PER_DECISION}
     rows = []
     for n in WORKER_COUNTS:
         offered = n * per_worker
-        load = offered * demand
-        steps = offered if load <= 1 else 1.0 / demand
-        rows.append([str(n), f"{offered:,.0f}", f"{100 * load:,.0f}%", f"{steps:,.0f}",
-                     "learner-bound" if load > 1 else "worker-bound"])
+        row = [str(n), f"{offered:,.0f}"]
+        for u in UPDATES_PER_DECISION:
+            load = offered * u * per_update
+            row += [f"{100 * load:,.0f}%", f"{min(offered, 1.0 / (u * per_update)):,.0f}"]
+        rows.append(row)
     costs = {"per_worker": per_worker, "dec_per_step": dec_per_step, "sec_per_update": sec_per_update,
-             "n_star": n_star, "demand": demand}
-    table = markdown_table(["workers", "steps/s offered", "learner load (4 updates/decision)",
-                            "steps/s trained", "bound"], rows)
+             "n_star": n_star}
+    header = ["workers", "steps/s offered"]
+    for u in UPDATES_PER_DECISION:
+        header += [f"learner load, {u} update(s)/decision", f"steps/s trained, {u} update(s)/decision"]
+    table = markdown_table(header, rows)
     return table, costs
 
 
@@ -163,26 +169,28 @@ def report(results: dict[str, list[dict]], steps: int, repeats: int) -> tuple[st
             rows.append([str(r + 1), label, f"{res['steps_per_s']:,.1f}", f"{res['decisions_per_s']:,.2f}",
                          f"{res['updates_per_s']:,.1f}", f"{res['wall']:.0f} s",
                          f"{res['drain']:.0f} s" if res["drain"] else "-", f"{res['startup']:.1f} s",
+                         "-" if res["learner_busy"] is None else f"{100 * res['learner_busy']:.0f}%",
                          "-" if res["llm_calls"] is None else f"{res['llm_calls']} / {res['accepted']}"])
     table = markdown_table(["repeat", "loop", "env steps/s", "decisions/s", "updates/s", "wall", "LLM drain",
-                            "worker start-up", "LLM calls / accepted"], rows)
+                            "worker start-up", "learner busy", "LLM calls / accepted"], rows)
     ratio_rows = [[name, ", ".join(f"{v:.2f}" for v in vals), f"{np.median(vals):.2f}"]
                   for name, vals in ratios(results)]
     body = (f"{steps:,} environment steps per run, make run's configuration (`experiments/make_run.toml`), 1 torch "
             f"thread, {repeats} interleaved repeat(s); rates over the loop (rollout workers: from their first "
             "batch; ACE: without the final drain of its LLM queue).\n\n" + table + "\n\nRatios, taken within each "
             "repeat:\n\n" + markdown_table(["ratio", "per repeat", "median"], ratio_rows))
-    if LOCAL.format(n=1) not in results:
-        return body, ""
+    if LOCAL.format(n=1) not in results or not all(r["updates"] for r in results[SAC]):
+        return body, ""  # the saturation page needs a 1-worker rate and measured updates (a run past learning_starts)
     sat_table, c = saturation(results)
+    stars = ", ".join(f"**{c['n_star'][u]:.2f} workers** at {u} update(s) per decision" for u in UPDATES_PER_DECISION)
     page = (f"Measured by `benchmarks/bench_loop.py` ({steps:,} steps per run): one worker steps "
             f"{c['per_worker']:,.0f} environment steps/s; the agent decides at {c['dec_per_step']:.3f} of the steps "
-            f"(danger states); one SAC update over make run's action set costs {1e3 * c['sec_per_update']:.1f} ms. "
-            f"At 4 updates per decision the learner needs {1e3 * c['demand']:.2f} ms per environment step, so one "
-            f"learner core keeps up with about **{c['n_star']:.1f} workers** (N* = 1 / (steps/s per worker x "
-            "updates per decision x decisions per step x seconds per update)). This is arithmetic from the measured "
-            "costs, not a measurement at 64 workers: it assumes one core per worker and a learner that does nothing "
-            "but update.\n\n" + sat_table)
+            f"(danger states); one SAC update over make run's action set costs {1e3 * c['sec_per_update']:.1f} ms "
+            f"(in the in-process loop). One learner core keeps up with {stars} (N* = 1 / (steps/s per worker x "
+            "updates per decision x decisions per step x seconds per update)). Past N* the extra steps still fill "
+            "the replay, but each transition is replayed less. This is arithmetic from the measured costs, not a "
+            "measurement at 64 workers: it assumes one core per worker and a learner that does nothing but update."
+            "\n\n" + sat_table)
     return body, page
 
 
