@@ -521,8 +521,9 @@ class LLMConfig:
     lora_micro_batch: int = 1
     """Pairs per forward/backward pass inside a step; gradients accumulate to the same step (the loss and its
     gradient are those of the whole step, to float rounding). 1 needs no padding, so attention runs unmasked, and
-    keeps the activations of one prompt only: measured on SmolLM2-135M, 8 prompts of 923 tokens peaked at 12.2 GB in
-    one pass. Raise it on a GPU."""
+    keeps the activations of one prompt only: one SmolLM2-135M step on 8 prompts of 901 tokens peaked at 12.0 GB in
+    one pass, 1.7 GB this way with checkpointing, in the same time (benchmarks/bench_lora_memory.py). Raise it on a
+    GPU."""
     lora_checkpointing: bool = True
     """Gradient checkpointing during fine-tuning: each layer's activations are recomputed in the backward pass
     instead of kept (about a third more compute for a fraction of the memory; long grid prompts need it on CPU)."""
