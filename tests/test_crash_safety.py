@@ -24,6 +24,7 @@ from ace_hybrid.training import loop  # noqa: E402
 from ace_hybrid.training.checkpoint import load_checkpoint_file, restore, save_checkpoint  # noqa: E402
 from ace_hybrid.training.loop import train  # noqa: E402
 
+from process_fixtures import start_cli_training, wait_for_checkpoint  # noqa: E402 (tests/ is on sys.path)
 from tiny_settings import TINY  # noqa: E402 (tests/ is on sys.path: see conftest.py)
 
 pytestmark = pytest.mark.grid2op
@@ -114,21 +115,10 @@ def test_temporary_files_of_killed_saves_are_removed_on_start_and_on_resume(tmp_
 
 
 def test_ctrl_c_saves_a_checkpoint_prints_how_to_resume_and_exits_130(tmp_path: Path) -> None:
-    run = tmp_path / "run"
     sets = [*TINY, *QUIET, "train.total_env_steps=100000", "train.checkpoint_every=50"]
-    cmd = [sys.executable, "-m", "ace_hybrid.cli", "train", *[a for s in sets for a in ("--set", s)],
-           "--run-dir", str(run)]
-    out, err = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
-    with out.open("w") as fout, err.open("w") as ferr:
-        # A shell's background job (nohup ... &, some CI runners) ignores SIGINT and its children inherit that:
-        # the child must start with the default disposition, as under a terminal's Ctrl-C.
-        proc = subprocess.Popen(cmd, stdout=fout, stderr=ferr, start_new_session=True,
-                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc, run, out, err = start_cli_training(tmp_path, sets)
     try:
-        deadline = time.time() + 240
-        while not (run / "checkpoint.pt").exists():
-            assert proc.poll() is None and time.time() < deadline, err.read_text()[-2000:]
-            time.sleep(0.2)
+        wait_for_checkpoint(proc, run, err)
         first = load_checkpoint_file(run / "checkpoint.pt")["counters"]["env_steps"]
         first_mtime = (run / "checkpoint.pt").stat().st_mtime_ns
         proc.send_signal(signal.SIGINT)

@@ -98,12 +98,12 @@ def test_cells_run_in_worker_processes_give_the_same_figures(finished, tmp_path:
         assert alone["train"] == top2["train"] and alone["train"]["resumed"] is False
 
 
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_workers_exit_when_the_experiment_process_is_killed(tmp_path: Path) -> None:
     """SIGKILL on the parent (no Ctrl-C reaching the group): its workers must not go on writing cells."""
-    import signal
     import time
+
+    from process_fixtures import assert_children_exit_with_parent
 
     path = write_experiment(tmp_path / "tiny.toml", steps=4000, seeds="[0, 1]")
     code = ("import sys; from ace_hybrid import experiment as ex; "
@@ -117,12 +117,7 @@ def test_workers_exit_when_the_experiment_process_is_killed(tmp_path: Path) -> N
             out = subprocess.run(["pgrep", "-P", str(parent.pid)], capture_output=True, text=True).stdout
             workers = [int(w) for w in out.split() if _cmdline(int(w)).find("spawn_main") >= 0]
         assert len(workers) == 2, "the workers did not start"
-        parent.send_signal(signal.SIGKILL)
-        parent.wait()
-        deadline = time.monotonic() + 20
-        while any(_alive(w) for w in workers) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert not any(_alive(w) for w in workers)
+        assert_children_exit_with_parent(parent, workers, timeout=20)
     finally:
         if parent.poll() is None:
             parent.kill()
@@ -133,18 +128,6 @@ def _cmdline(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
     except OSError:
         return ""
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-def test_jobs_below_one_fail_naming_the_value(finished, tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match=r"jobs = 0 out of range \[1, inf\)"):
-        ex.run_experiment(ex.load_experiment(finished[0]), tmp_path / "out", progress=False, jobs=0)
 
 
 def test_deploy_topk_rows_test_one_training_each(finished) -> None:

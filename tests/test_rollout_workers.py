@@ -25,6 +25,7 @@ from ace_hybrid.training.loop import train  # noqa: E402
 from ace_hybrid.training.rollout import share, worker_seed  # noqa: E402
 
 import rollout_fixtures as fx  # noqa: E402 (tests/ is on sys.path: see conftest.py)
+from process_fixtures import assert_children_exit_with_parent, start_cli_training, wait_for_checkpoint  # noqa: E402
 from tiny_settings import TINY  # noqa: E402
 
 pytestmark = pytest.mark.grid2op
@@ -274,41 +275,19 @@ def test_workers_exit_when_the_learner_is_killed(tmp_path: Path) -> None:
         try:
             pids = [int(p) for p in learner.stdout.readline().split()]
             assert len(pids) == 2
-            learner.send_signal(signal.SIGKILL)
-            learner.wait()
-            deadline = time.monotonic() + 30
-            while any(_alive(p) for p in pids) and time.monotonic() < deadline:
-                time.sleep(0.2)
-            assert not any(_alive(p) for p in pids)
+            assert_children_exit_with_parent(learner, pids, timeout=30)
         finally:
             if learner.poll() is None:
                 learner.kill()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 @pytest.mark.slow
 def test_ctrl_c_stops_the_workers_and_saves(tmp_path: Path) -> None:
     """A terminal's Ctrl-C reaches the whole process group: the workers ignore it, the learner saves and exits."""
-    run = tmp_path / "run"
     sets = [*TINY, *QUIET, "train.eval_every=0", "train.total_env_steps=100000", "train.checkpoint_every=80"]
-    cmd = [sys.executable, "-m", "ace_hybrid.cli", "train", *[a for s in sets for a in ("--set", s)],
-           "--run-dir", str(run)]
-    out, err = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
-    with out.open("w") as fout, err.open("w") as ferr:
-        proc = subprocess.Popen(cmd, stdout=fout, stderr=ferr, start_new_session=True,
-                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc, run, out, err = start_cli_training(tmp_path, sets)
     try:
-        deadline = time.time() + 240
-        while not (run / "checkpoint.pt").exists():
-            assert proc.poll() is None and time.time() < deadline, err.read_text()[-2000:]
-            time.sleep(0.2)
+        wait_for_checkpoint(proc, run, err)
         first = load_checkpoint_file(run / "checkpoint.pt")["counters"]["env_steps"]
         os.killpg(proc.pid, signal.SIGINT)
         assert proc.wait(timeout=120) == 130, err.read_text()[-2000:]
