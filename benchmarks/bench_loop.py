@@ -90,14 +90,13 @@ def run_once(overrides: list[str], steps: int, seed: int) -> dict:
     drain = float(queue.get("drain_seconds", 0.0))
     rates = s.get("rates", {})
     if rates.get("workers"):  # from the first batch on, while every worker runs (metrics.Throughput)
-        seconds, steps_per_s = rates["measured_seconds"], rates["env_steps_per_s"]
+        steps_per_s, updates_per_s = rates["env_steps_per_s"], rates["learner_updates_per_s"]
     else:  # the in-process loop: its training time without the evaluations and ACE's final drain
         seconds = s["train_seconds"] - drain - s["time_split"]["eval"]
-        steps_per_s = s["env_steps"] / seconds
+        steps_per_s, updates_per_s = s["env_steps"] / seconds, s["updates"] / seconds
     return {"env_steps": s["env_steps"], "decisions": s["decisions"], "updates": s["updates"], "wall": wall,
             "drain": drain, "update_seconds": s["time_split"]["update"], "steps_per_s": steps_per_s,
-            "decisions_per_s": s["decisions"] / s["env_steps"] * steps_per_s,
-            "updates_per_s": rates.get("learner_updates_per_s") if rates.get("workers") else s["updates"] / seconds,
+            "decisions_per_s": s["decisions"] / s["env_steps"] * steps_per_s, "updates_per_s": updates_per_s,
             "learner_busy": rates.get("learner_busy"), "startup": rates.get("startup_seconds", 0.0),
             "llm_calls": s.get("llm", {}).get("calls"), "accepted": s.get("llm", {}).get("accepted")}
 

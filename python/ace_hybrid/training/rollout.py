@@ -319,5 +319,5 @@ class RolloutWorker:
             episode=np.array([p.episode for p, *_ in rows], np.int64),
             decision=np.array([p.decision for p, *_ in rows], np.int64),
             tutor=np.array([p.tutor for p, *_ in rows], bool),
-            version=np.array([p.version for p, *_ in rows], np.int64), env_steps=steps, started=self._started, finished=self._finished, seconds=self._seconds,
-            last=self.steps >= self.spec.env_steps)
+            version=np.array([p.version for p, *_ in rows], np.int64), env_steps=steps, started=self._started,
+            finished=self._finished, seconds=self._seconds, last=self.steps >= self.spec.env_steps)
