@@ -336,8 +336,10 @@ class ACEConfig:
     """How much lower the LLM worker thread's scheduling priority is than the loop's (Linux only, per thread; 0:
     the same): the learner gets the CPU first, the LLM what is left, and what it cannot keep up with is dropped.
     It matters only when the cores are oversubscribed (a free core runs the worker at full speed at any nice).
-    Measured on 2 shared cores (load ~2.7), 3,000 steps of make run's configuration: at nice 5 the ACE loop took
-    47.9 s against SAC-only's 30.6 s (its updates and steps slowed by the worker); at nice 19, 25.2 s."""
+    Measured on 2 shared cores (load ~2.7), 3,000 steps of make run's configuration, one run each (no interval): at
+    nice 5 the ACE loop took 47.9 s against SAC-only's 30.6 s (its updates and steps slowed by the worker); at nice
+    19, 25.2 s. The price: with no free core the worker gets almost nothing (make run's --jobs 2: 19-22 LLM calls
+    per ACE run, its results only in the final drain)."""
 
     def validate(self) -> None:
         _check(-10.0 <= self.r_bar <= 10.0, "ace.r_bar", self.r_bar, "must be in [-10, 10]")
@@ -522,7 +524,7 @@ class LLMConfig:
     """Pairs per forward/backward pass inside a step; gradients accumulate to the same step (the loss and its
     gradient are those of the whole step, to float rounding). 1 needs no padding, so attention runs unmasked, and
     keeps the activations of one prompt only: one SmolLM2-135M step on 8 prompts of 901 tokens peaked at 12.0 GB in
-    one pass, 1.7 GB this way with checkpointing, in the same time (benchmarks/bench_lora_memory.py). Raise it on a
+    one pass, 1.7 GB this way with checkpointing, 80 s and 79 s (one run each; benchmarks/bench_lora_memory.py). Raise it on a
     GPU."""
     lora_checkpointing: bool = True
     """Gradient checkpointing during fine-tuning: each layer's activations are recomputed in the backward pass
