@@ -458,6 +458,7 @@ def test_bootstrap_draws_are_fixed_by_their_seed() -> None:
 def test_comparisons_are_declared_by_kind_not_by_results() -> None:
     rows = [dict(synthetic_row("greedy", [[50] * 4], [None]), kind="greedy"),
             dict(synthetic_row("nothing", [[50] * 4], [None]), kind="donothing"),
+            dict(synthetic_row("tutor", [[50] * 4], [None]), kind="tutor"),
             dict(synthetic_row("sac-alone", [[50] * 4], [0]), train_id="sac", deploy_topk=0),
             dict(synthetic_row("sac-top8", [[50] * 4], [0]), train_id="sac", deploy_topk=8),
             dict(synthetic_row("eg-top8", [[50] * 4], [0]), train_id="eg", deploy_topk=8, expert_guided=True),
@@ -467,6 +468,7 @@ def test_comparisons_are_declared_by_kind_not_by_results() -> None:
     assert ("ace-top8", "sac-top8", "against SAC-only") in made and ("eg-top8", "sac-top8", "against SAC-only") in made
     assert ("ace-top8", "eg-top8", "against expert-guided RL") in made
     assert ("ace-top8", "greedy", "against the greedy expert") in made
+    assert {a for a, b, why in made if why == "against the tutor"} == {"sac-top8", "eg-top8", "ace-top8"}
     assert {a for a, b, why in made if why == "against doing nothing"} == {"sac-alone", "sac-top8", "eg-top8",
                                                                             "ace-top8"}
     assert all(b == "nothing" for _, b, why in made if why == "against doing nothing")
@@ -487,8 +489,10 @@ def test_the_shipped_experiment_files_are_valid(path: Path) -> None:
     assert "sac_only" in kinds and "donothing" in kinds
     for row, seed in spec.cells():
         cfg = spec.row_config(row, seed)
-        assert (cfg.llm.backend == "none") == (row.kind in ("sac_only", "donothing", "reco", "greedy")), row.id
+        assert (cfg.llm.backend == "none") == (row.kind in ("sac_only", "donothing", "reco", "greedy", "tutor")), row.id
         assert all(k < cfg.env.train_seed_start for _, k in spec.test_pairs), row.id
+        # In the loop's thread: each ACE run makes its LLM calls whatever else the machine runs (--jobs 2).
+        assert row.kind != "ace" or not cfg.ace.async_llm, row.id
     seeds = [k for _, k in spec.test_pairs]
     assert len(spec.test_pairs) >= 16 and len(set(seeds)) == len(seeds)
     assert not set(seeds) & _validation_seeds()
@@ -501,7 +505,8 @@ def test_the_shipped_experiment_files_are_valid(path: Path) -> None:
     expanded = {row.name for row in ex.load_experiment(path).rows}
     assert {"SAC-only (policy alone)", "SAC-only + top-7 check"} <= expanded
     if path.stem == "make_run":
-        assert names == {"DoNothing", "Greedy expert", "SAC-only", "Expert-guided RL", "ACE"}
+        assert names == {"DoNothing", "Greedy expert", "Tutor (tutor:50, 30 simulations)",
+                         "Tutor (tutor:50, 8 simulations)", "SAC-only", "Expert-guided RL", "ACE"}
     if path.stem == "paper_table":
         assert len(spec.seeds) >= 3
         assert {"Expert-guided RL", "ACE (LLM ranker)", "ACE (simulation ranker)", "LLM-only (LAC)"} <= names

@@ -52,3 +52,26 @@ def test_a_tutor_action_set_trains_saves_and_deploys(tmp_path: Path) -> None:
         assert len(agent.actions) == len(indices) and agent.actions.to_catalog(len(indices) - 1) == indices[-1]
     finally:
         env.close()
+
+
+def test_the_tutor_row_acts_alone_over_the_run_action_set_with_its_budget() -> None:
+    from ace_hybrid.experiment import baseline_agent
+    from ace_hybrid.grid.action_set import action_set_indices
+    from ace_hybrid.grid.catalog import ActionCatalog
+    from ace_hybrid.grid.evaluation import play_episode
+
+    cfg = load_config(None, [*TINY, "env.action_set=tutor:6", "env.action_set_states=20", "train.tutor_budget=3"])
+    env = make_env("l2rpn_case14_sandbox", seed=0)
+    try:
+        agent = baseline_agent("tutor", env, cfg, greedy_budget=30)
+        indices = action_set_indices(cfg, env, ActionCatalog.for_env(env))
+        assert agent.budget == 3 and list(agent.catalog.indices) == indices
+        played: list[int] = []
+        choose = agent.choose
+        agent.choose = lambda obs: played.append(choose(obs)) or played[-1]  # record the set index it plays
+        play_episode(env, agent, 0, 0, max_steps=120)
+    finally:
+        env.close()
+    assert agent.decisions > 0 and len(played) == agent.decisions
+    assert all(0 <= i < len(indices) for i in played)
+    assert agent.simulations <= 3 * agent.decisions  # do nothing and 2 candidates per danger state

@@ -13,7 +13,7 @@ An experiment file (TOML) names the environment configuration, the held-out test
 
     [[rows]]
     name = "ACE w/o actor"   # display name
-    kind = "ace"             # donothing | reco | greedy | llm_lac | sac_only | ace
+    kind = "ace"             # donothing | reco | greedy | tutor | llm_lac | sac_only | ace
     id = "ace-no-actor"      # file name of its cells (default: the name, lowercased, '-' for other characters)
     set = ["ace.actor=false"]
     deploy_topk = [0, 8]     # training rows only: one table row per value, all from the same training
@@ -77,8 +77,10 @@ from ace_hybrid.files import atomic_write_json
 from ace_hybrid.grid.evaluation import evaluate
 from ace_hybrid.processes import exit_with_parent
 
-BASELINE_KINDS: tuple[str, ...] = ("donothing", "reco", "greedy", "llm_lac")
-"""Rows that only test a fixed agent."""
+BASELINE_KINDS: tuple[str, ...] = ("donothing", "reco", "greedy", "tutor", "llm_lac")
+"""Rows that only test a fixed agent. "greedy" is the greedy expert over the whole catalog with the file's
+``greedy_budget`` simulations per decision; "tutor" is expert-guided RL's tutor acting alone: the greedy expert over
+the row's action set (``env.action_set``) with ``train.tutor_budget`` simulations per decision."""
 TRAINING_KINDS: tuple[str, ...] = ("sac_only", "ace")
 """Rows that train (SAC alone, or ACE with its LLM roles) and then test best.pt."""
 ROW_KINDS: tuple[str, ...] = BASELINE_KINDS + TRAINING_KINDS
@@ -409,6 +411,14 @@ def _first_difference(a: Any, b: Any, prefix: str = "") -> str:
 
 def baseline_agent(kind: str, env: Any, cfg: Config, greedy_budget: int) -> Any:
     """The agent of a baseline row, under the configuration's danger threshold."""
+    if kind == "tutor":
+        from ace_hybrid.grid.action_set import ActionSet, action_set_indices
+        from ace_hybrid.grid.agents import GreedyExpertAgent
+        from ace_hybrid.grid.catalog import ActionCatalog
+
+        catalog = ActionCatalog.for_env(env)
+        return GreedyExpertAgent(env.action_space, ActionSet(catalog, action_set_indices(cfg, env, catalog)),
+                                 budget=cfg.train.tutor_budget, threshold=cfg.env.threshold)
     spec = {"donothing": "do-nothing", "reco": "reco", "greedy": "greedy", "llm_lac": "lac"}[kind]
     return make_agent(spec, env, budget=greedy_budget, cfg=cfg)
 
@@ -595,7 +605,8 @@ def comparisons_to_make(rows: Sequence[dict[str, Any]]) -> list[tuple[str, str, 
     - against doing nothing: every training row (does learning help at all?);
     - against SAC-only: every other training row against the SAC-only row deployed the same way;
     - against expert-guided RL: every ACE row against the expert-guided row deployed the same way;
-    - against the greedy expert: every other row.
+    - against the greedy expert: every other row;
+    - against the tutor (expert-guided RL's teacher acting alone): every training row with a top-k check.
 
     SAC-only is the first ``sac_only`` training without a tutor, expert-guided RL the first with one
     (``train.tutor_steps`` > 0).
@@ -606,6 +617,7 @@ def comparisons_to_make(rows: Sequence[dict[str, Any]]) -> list[tuple[str, str, 
     sac = first_training(lambda r: not r.get("expert_guided"))
     guided = first_training(lambda r: r.get("expert_guided"))
     greedy = next((r["id"] for r in rows if r["kind"] == "greedy"), None)
+    tutor = next((r["id"] for r in rows if r["kind"] == "tutor"), None)
     nothing = next((r["id"] for r in rows if r["kind"] == "donothing"), None)
 
     def same_deployment(train_id: str | None, row: dict[str, Any]) -> str | None:
@@ -634,6 +646,9 @@ def comparisons_to_make(rows: Sequence[dict[str, Any]]) -> list[tuple[str, str, 
     for r in rows:
         if greedy is not None and r["id"] != greedy:
             out.append((r["id"], greedy, "against the greedy expert"))
+    for r in rows:
+        if tutor is not None and r["kind"] in TRAINING_KINDS and r.get("deploy_topk"):
+            out.append((r["id"], tutor, "against the tutor"))
     return list(dict.fromkeys(out))
 
 

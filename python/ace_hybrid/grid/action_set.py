@@ -27,10 +27,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ace_hybrid.config import Config, parse_action_set
 from ace_hybrid.files import atomic_write, cache_root
 from ace_hybrid.grid.catalog import RECONNECT, ActionCatalog
 
-__all__ = ["ActionSet", "select_by_tutor"]
+__all__ = ["ActionSet", "action_set_indices", "select_by_tutor"]
 
 log = logging.getLogger(__name__)
 
@@ -164,6 +165,18 @@ def select_by_tutor(env: Any, catalog: ActionCatalog, n: int, pairs: Sequence[tu
     if cache:
         atomic_write(path, lambda f: np.save(f, indices))
     return indices
+
+
+def action_set_indices(cfg: Config, env: Any, catalog: ActionCatalog) -> list[int] | None:
+    """Catalog indices of the run's action set (None: the whole catalog); a "tutor:N" set is selected on the
+    training scenarios (seeds from ``env.train_seed_start``), cached beside the catalog."""
+    n = parse_action_set(cfg.env.action_set)
+    if n is None:
+        return None
+    scenarios = cfg.env.train_scenarios
+    pairs = [(scenarios[k % len(scenarios)], cfg.env.train_seed_start + k) for k in range(4 * len(scenarios) + 16)]
+    return select_by_tutor(env, catalog, n, pairs, threshold=cfg.env.threshold,
+                           max_states=cfg.env.action_set_states).tolist()
 
 
 def _simulated_max_rho(obs: Any, action: Any) -> float:

@@ -15,8 +15,7 @@ import numpy as np
 import torch
 
 from ace_hybrid.config import Config
-from ace_hybrid.config import parse_action_set
-from ace_hybrid.grid.action_set import ActionSet, select_by_tutor
+from ace_hybrid.grid.action_set import ActionSet, action_set_indices
 from ace_hybrid.grid.agents import GreedyExpertAgent
 from ace_hybrid.grid.catalog import ActionCatalog
 from ace_hybrid.grid.env import make_env, n_scenarios
@@ -27,19 +26,7 @@ from ace_hybrid.replay import MixedReplayBuffer
 from ace_hybrid.sac import DiscreteSAC
 from ace_hybrid.training.metrics import MetricsLogger, Throughput
 
-__all__ = ["Counters", "Pending", "Run", "action_set_indices"]
-
-
-def action_set_indices(cfg: Config, env: Any, catalog: ActionCatalog) -> list[int] | None:
-    """Catalog indices of the run's action set (None: the whole catalog); a "tutor:N" set is selected on the
-    training scenarios (seeds from ``env.train_seed_start``), cached beside the catalog."""
-    n = parse_action_set(cfg.env.action_set)
-    if n is None:
-        return None
-    scenarios = cfg.env.train_scenarios
-    pairs = [(scenarios[k % len(scenarios)], cfg.env.train_seed_start + k) for k in range(4 * len(scenarios) + 16)]
-    return select_by_tutor(env, catalog, n, pairs, threshold=cfg.env.threshold,
-                           max_states=cfg.env.action_set_states).tolist()
+__all__ = ["Counters", "Pending", "Run"]
 
 
 @dataclass
