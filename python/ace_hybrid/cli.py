@@ -248,7 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
     ex = sub.add_parser(
         "experiment",
         help="train and test a grid of agents x seeds and write the paper-style table and a report",
-        description="Run the rows of an experiment file (baselines: donothing, reco, greedy, llm_lac; training "
+        description="Run the rows of an experiment file (baselines: donothing, reco, greedy, tutor, llm_lac; training "
         "rows: sac_only, ace and its ablations) for each seed: train into OUT/runs/<row>-seed<k> (resuming a "
         "half-done run), test best.pt on the file's held-out test_pairs, and save each cell in OUT/cells/. A "
         "finished cell is never rerun, so rerunning the command continues where it stopped. Writes results.json, "
