@@ -145,7 +145,9 @@ def test_deploy_topk_rows_test_one_training_each(finished) -> None:
     # The check simulates do nothing and the 2 most likely actions per decision; the policy alone simulates nothing
     # (what either row counts beyond that is the safe rule's).
     sims = {k: rows[k]["metrics"]["simulations_per_decision"]["value"] for k in ("sac-only-alone", "sac-only-top2")}
-    assert sims["sac-only-top2"] > sims["sac-only-alone"]
+    assert sims["sac-only-alone"] == 0.0 and 1.0 < sims["sac-only-top2"] <= 3.0
+    every = {k: rows[k]["metrics"]["all_simulations_per_decision"]["value"] for k in sims}
+    assert all(every[k] >= sims[k] for k in sims)
     assert ("sac-only-top2", "sac-only-alone", "the top-k check's share") in [
         (c["a"], c["b"], c["why"]) for c in result["comparisons"]]
 
@@ -401,6 +403,20 @@ def synthetic_row(row_id: str, survived: list[list[int]], seeds: list[int | None
                          "wall_time_s": np.ones_like(survived_arr).tolist()}}
 
 
+def test_a_field_older_cells_lack_gives_no_figure_rather_than_a_wrong_one() -> None:
+    resample = ex.Resample.draw([0], 2, draws=50)
+    row = synthetic_row("a", [[50, 60]], [0])  # as results.json rows were before decision simulations were counted
+    assert resample.statistic(row, "all_simulations_per_decision")[0] == 0.0
+    value, draws = resample.statistic(row, "simulations_per_decision")
+    assert value is None and np.isnan(draws).all()
+    row["episodes"]["decision_simulations"] = [[4.0, float("nan")]]  # one cell of an older version among new ones
+    assert resample.statistic(row, "simulations_per_decision")[0] is None
+    episodes = [{"steps_survived": 5, "max_steps": 10, "cumulative_reward": 1.0, "decisions": 2, "simulations": 6,
+                 "decision_simulations": None, "wall_time_s": 0.1}]
+    metrics = ex.episode_metrics(episodes)
+    assert metrics["simulations_per_decision"] is None and metrics["all_simulations_per_decision"] == 3.0
+
+
 def test_identical_rows_have_a_difference_interval_at_zero() -> None:
     rng = np.random.default_rng(0)
     survived = rng.integers(0, 101, size=(3, 16)).tolist()
@@ -462,17 +478,25 @@ def test_comparisons_are_declared_by_kind_not_by_results() -> None:
             dict(synthetic_row("sac-alone", [[50] * 4], [0]), train_id="sac", deploy_topk=0),
             dict(synthetic_row("sac-top8", [[50] * 4], [0]), train_id="sac", deploy_topk=8),
             dict(synthetic_row("eg-top8", [[50] * 4], [0]), train_id="eg", deploy_topk=8, expert_guided=True),
-            dict(synthetic_row("ace-top8", [[50] * 4], [0]), kind="ace", train_id="ace", deploy_topk=8)]
+            dict(synthetic_row("ace-top8", [[50] * 4], [0]), kind="ace", train_id="ace", deploy_topk=8),
+            dict(synthetic_row("ace-no-actor-alone", [[50] * 4], [0]), kind="ace", train_id="ace-no-actor",
+                 deploy_topk=0),
+            dict(synthetic_row("ace-no-actor-top8", [[50] * 4], [0]), kind="ace", train_id="ace-no-actor",
+                 deploy_topk=8)]
     made = ex.comparisons_to_make(rows)
     assert ("sac-top8", "sac-alone", "the top-k check's share") in made
     assert ("ace-top8", "sac-top8", "against SAC-only") in made and ("eg-top8", "sac-top8", "against SAC-only") in made
     assert ("ace-top8", "eg-top8", "against expert-guided RL") in made
     assert ("ace-top8", "greedy", "against the greedy expert") in made
-    assert {a for a, b, why in made if why == "against the tutor"} == {"sac-top8", "eg-top8", "ace-top8"}
+    assert {a for a, b, why in made if why == "against the tutor"} == {"sac-top8", "eg-top8", "ace-top8",
+                                                                      "ace-no-actor-top8"}
     assert {a for a, b, why in made if why == "against doing nothing"} == {"sac-alone", "sac-top8", "eg-top8",
-                                                                            "ace-top8"}
+                                                                            "ace-top8", "ace-no-actor-alone",
+                                                                            "ace-no-actor-top8"}
     assert all(b == "nothing" for _, b, why in made if why == "against doing nothing")
-    assert not any(a == b for a, b, _ in made) and not any(b == "ace-top8" for _, b, _ in made)
+    # An ablation is compared with the first ACE row deployed the same way (this one has no ACE row alone).
+    assert [(a, b) for a, b, why in made if why == "against ACE"] == [("ace-no-actor-top8", "ace-top8")]
+    assert not any(a == b for a, b, _ in made) and not any(b == "ace-no-actor-top8" for _, b, _ in made)
 
 
 # ----------------------------------------------------------------------------- the shipped experiment files
@@ -509,12 +533,15 @@ def test_the_shipped_experiment_files_are_valid(path: Path) -> None:
                          "Tutor (tutor:50, 8 simulations)", "SAC-only", "Expert-guided RL", "ACE"}
     if path.stem == "paper_table":
         assert len(spec.seeds) >= 3
-        assert {"Expert-guided RL", "ACE (LLM ranker)", "ACE (simulation ranker)", "LLM-only (LAC)"} <= names
-        rankers = {row.name: spec.row_config(row, 0).ace.ranker for row in spec.rows
-                   if row.train_id in ("ace", "ace-sim")}
-        assert rankers == {"ACE (LLM ranker, policy alone)": "llm", "ACE (LLM ranker) + top-7 check": "llm",
-                           "ACE (simulation ranker, policy alone)": "sim",
-                           "ACE (simulation ranker) + top-7 check": "sim"}
+        assert {"Expert-guided RL", "ACE", "ACE (LLM ranker)", "LLM-only (LAC)"} <= names
+        rankers = {row.name: spec.row_config(row, 0).ace.ranker for row in spec.rows if row.kind == "ace"}
+        assert rankers.pop("ACE (LLM ranker, policy alone)") == rankers.pop("ACE (LLM ranker) + top-7 check") == "llm"
+        assert set(rankers.values()) == {"sim"}  # ACE and its ablations
+        # Its ACE row trains what make run's ACE trains (same configuration, so the same runs for the shared seeds).
+        make_run = ex.load_experiment(REPO / "experiments" / "make_run.toml", rows=["ace"])
+        assert {ex.training_fingerprint(make_run.row_config(make_run.rows[0], k)) for k in make_run.seeds} <= {
+            ex.training_fingerprint(spec.row_config(next(r for r in spec.rows if r.train_id == "ace"), k))
+            for k in spec.seeds}
     guided = [r for r in read_toml(path, "experiment file")["rows"] if r["name"] == "Expert-guided RL"]
     assert guided and guided[0]["kind"] == "sac_only" and guided[0]["deploy_topk"] == [0, 7]
     cfg = spec.row_config(next(r for r in spec.rows if r.train_id == "expert-guided-rl"), spec.seeds[0])

@@ -95,18 +95,22 @@ LEVEL = 0.95
 """Coverage of the intervals (percentile bootstrap)."""
 
 EPISODE_FIELDS: tuple[str, ...] = ("steps_survived", "max_steps", "cumulative_reward", "decisions", "simulations",
-                                   "wall_time_s")
-"""Per-episode values kept in every row of results.json (one seeds x test pairs matrix each)."""
+                                   "decision_simulations", "wall_time_s")
+"""Per-episode values kept in every row of results.json (one seeds x test pairs matrix each; NaN where a cell made
+by an older version lacks one)."""
 
 TEST_METRICS: tuple[tuple[str, str, str, str, str | None, bool], ...] = (
     ("survival_rate", "Survival rate", "{:.1%}", "steps_survived", "max_steps", True),
     ("episode_reward", "Episode reward", "{:.1f}", "cumulative_reward", None, True),
-    ("simulations_per_decision", "Simulations / decision", "{:.1f}", "simulations", "decisions", False),
+    ("simulations_per_decision", "Simulations / decision", "{:.1f}", "decision_simulations", "decisions", False),
+    ("all_simulations_per_decision", "With the safe rule's", "{:.1f}", "simulations", "decisions", False),
     ("test_seconds_per_episode", "Test time / episode (s)", "{:.2f}", "wall_time_s", None, False),
 )
 """(key, column title, format, numerator, denominator, interval shown in the table) of the metrics measured on the
 test episodes: the sum of the numerator over a row's episodes divided by the sum of the denominator (by the number
-of episodes when None). Every one has its interval in results.json; the table prints those of the outcomes (the
+of episodes when None). Simulations per decision are the agent's own in danger states (the greedy expert's budget,
+the top-k check's k + 1); "with the safe rule's" adds those its safe rule makes outside danger, the same rule for
+every agent. Every one has its interval in results.json; the table prints those of the outcomes (the
 costs, simulations and seconds, vary little and print as points)."""
 TRAIN_METRICS: tuple[tuple[str, str, str], ...] = (
     ("env_steps", "RL env steps", "{:,.0f}"),
@@ -115,8 +119,9 @@ TRAIN_METRICS: tuple[tuple[str, str, str], ...] = (
     ("train_seconds", "Training time (s)", "{:,.0f}"),
 )
 """(key, column title, format) of the training costs: mean over seeds."""
-COLUMNS: tuple[str, ...] = ("survival_rate", "episode_reward", "simulations_per_decision", "env_steps", "llm_calls",
-                             "llm_accepted", "train_seconds", "test_seconds_per_episode")
+COLUMNS: tuple[str, ...] = ("survival_rate", "episode_reward", "simulations_per_decision",
+                             "all_simulations_per_decision", "env_steps", "llm_calls", "llm_accepted", "train_seconds",
+                             "test_seconds_per_episode")
 """The table's metric columns, in order."""
 METRICS: tuple[tuple[str, str, str], ...] = tuple(
     next((k, t, f) for k, t, f, *_ in (*TEST_METRICS, *TRAIN_METRICS) if k == key) for key in COLUMNS)
@@ -446,6 +451,9 @@ def episode_metrics(episodes: Sequence[dict[str, Any]]) -> dict[str, float | Non
     """The test metrics (:data:`TEST_METRICS`) of a list of per-episode records, pooled as in the table."""
     out: dict[str, float | None] = {}
     for key, _, _, num, den, _ in TEST_METRICS:
+        if any(e.get(num) is None for e in episodes):  # an agent that does not count it
+            out[key] = None
+            continue
         top = sum(float(e[num]) for e in episodes)
         bottom = sum(float(e[den]) for e in episodes) if den else float(len(episodes))
         out[key] = top / bottom if bottom else None
@@ -546,11 +554,15 @@ class Resample:
         (seeds, test pairs) matrix per field.
         """
         _, _, _, num, den, _ = _TEST[key]
+        if num not in row["episodes"]:  # a results.json written before this field was recorded
+            return None, np.full(self.pair_counts.shape[0], np.nan)
         top = np.asarray(row["episodes"][num], dtype=np.float64)
         bottom = np.asarray(row["episodes"][den], dtype=np.float64) if den else np.ones_like(top)
         if top.shape[1] != self.pair_counts.shape[1]:
             raise ValueError(f"row {row.get('id')!r} has {top.shape[1]} test pairs, the draws "
                              f"{self.pair_counts.shape[1]}")
+        if np.isnan(top).any() or np.isnan(bottom).any():  # some cell did not record it: no figure, not a wrong one
+            return None, np.full(self.pair_counts.shape[0], np.nan)
         if row["seeds"] == [None]:
             weights = np.ones((self.pair_counts.shape[0], 1))
         else:
@@ -605,6 +617,7 @@ def comparisons_to_make(rows: Sequence[dict[str, Any]]) -> list[tuple[str, str, 
     - against doing nothing: every training row (does learning help at all?);
     - against SAC-only: every other training row against the SAC-only row deployed the same way;
     - against expert-guided RL: every ACE row against the expert-guided row deployed the same way;
+    - against ACE: every other ACE row (a variant or an ablation) against the first ACE row deployed the same way;
     - against the greedy expert: every other row;
     - against the tutor (expert-guided RL's teacher acting alone): every training row with a top-k check.
 
@@ -618,6 +631,7 @@ def comparisons_to_make(rows: Sequence[dict[str, Any]]) -> list[tuple[str, str, 
     guided = first_training(lambda r: r.get("expert_guided"))
     greedy = next((r["id"] for r in rows if r["kind"] == "greedy"), None)
     tutor = next((r["id"] for r in rows if r["kind"] == "tutor"), None)
+    ace = next((r["train_id"] for r in rows if r["kind"] == "ace"), None)
     nothing = next((r["id"] for r in rows if r["kind"] == "donothing"), None)
 
     def same_deployment(train_id: str | None, row: dict[str, Any]) -> str | None:
@@ -644,6 +658,11 @@ def comparisons_to_make(rows: Sequence[dict[str, Any]]) -> list[tuple[str, str, 
             if other:
                 out.append((r["id"], other, "against expert-guided RL"))
     for r in rows:
+        if r["kind"] == "ace" and r["train_id"] != ace:
+            other = same_deployment(ace, r)
+            if other:
+                out.append((r["id"], other, "against ACE"))
+    for r in rows:
         if greedy is not None and r["id"] != greedy:
             out.append((r["id"], greedy, "against the greedy expert"))
     for r in rows:
@@ -665,7 +684,7 @@ def _row_record(spec: ExperimentSpec, row: RowSpec, cells: list[dict[str, Any]])
             if j is None:
                 raise ValueError(f"cell {cell['cell']} played ({e['scenario']}, {e['seed']}), not a test pair")
             for f in EPISODE_FIELDS:
-                episodes[f][i, j] = float(e[f])
+                episodes[f][i, j] = np.nan if e.get(f) is None else float(e[f])
     if cells and np.isnan(episodes["max_steps"]).any():
         raise ValueError(f"row {row.id!r}: some cells lack test episodes; delete their files in cells/ and rerun")
     guided = any(float((c.get("config") or {}).get("train", {}).get("tutor_steps", 0) or 0) > 0 for c in cells)
@@ -800,7 +819,8 @@ def _setup(spec: ExperimentSpec, cells: list[dict[str, Any]], draws: int, seed: 
             f"deterministic on fixed episodes and run once.{selection} Survival is total steps survived / total steps "
             f"playable over a row's episodes (grid2op's aggregate, not the mean of per-episode rates); episode reward "
             f"is the environment's reward summed over an episode, averaged over the episodes; simulations / decision "
-            f"counts every obs.simulate of the agent and its safe rule per danger state; training costs are means "
+            f"counts the agent's obs.simulate calls per danger state (its decision's: the greedy expert's budget, the "
+            f"top-k check's k + 1), and 'with the safe rule's' adds the safe rule's outside danger; training costs are means "
             f"over seeds; times are wall-clock seconds. [95% CI]: percentile bootstrap, {draws:,} draws (numpy "
             f"default_rng({seed})), resampling test pairs and training seeds (crossed), the same draws for every "
             f"row; with {len(spec.seeds)} seed(s) the seed level is coarse.")

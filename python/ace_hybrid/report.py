@@ -346,20 +346,23 @@ def claims(results: dict[str, Any]) -> str:
 
 def deployment_costs(results: dict[str, Any]) -> str:
     """Simulations per decision of each row beside the greedy expert's, and the check's share of the test time."""
-    rows = [r for r in results.get("rows", []) if _mean(r, "simulations_per_decision") is not None]
+    rows = [r for r in results.get("rows", []) if _mean(r, "all_simulations_per_decision") is not None]
     if not rows:
         return "No simulation counts in results.json."
     greedy = next((r for r in rows if r.get("kind") == "greedy"), None)
-    g = _mean(greedy, "simulations_per_decision")
-    head = ["| row | simulations / decision | share of the greedy expert's | test time / episode |",
-            "|:---|---:|---:|---:|"]
+    head = ["| row | simulations / decision | share of the greedy expert's | with the safe rule's | share | "
+            "test time / episode |", "|:---|---:|---:|---:|---:|---:|"]
     lines = []
     for r in rows:
-        x = _mean(r, "simulations_per_decision")
-        share = f"{x / g:.2f}" if g else "–"
-        lines.append(f"| {r['name']} | {x:.1f} | {share} | {_mean(r, 'test_seconds_per_episode') or 0:.2f} s |")
-    note = ("Simulations count every obs.simulate of the agent and of its safe rule, per decision (danger state); a "
-            "share of at most 0.33 is at most a third of the greedy expert's simulations.")
+        cells = []
+        for key in ("simulations_per_decision", "all_simulations_per_decision"):
+            x, g = _mean(r, key), _mean(greedy, key)
+            cells += ["–" if x is None else f"{x:.1f}", f"{x / g:.2f}" if x is not None and g else "–"]
+        lines.append(f"| {r['name']} | {' | '.join(cells)} | {_mean(r, 'test_seconds_per_episode') or 0:.2f} s |")
+    note = ("Simulations / decision counts the agent's own obs.simulate calls per danger state (the greedy expert's "
+            "budget, the top-k check's k + 1); 'with the safe rule's' adds those of the safe rule every agent runs "
+            "outside danger (reconnecting lines, reverting substations). A share of at most 0.33 is at most a third "
+            "of the greedy expert's.")
     if greedy is None:
         note += " No greedy row: no share."
     return "\n".join(head + lines) + "\n\n" + note

@@ -1,7 +1,8 @@
 """Evaluation of agents on fixed (scenario, seed) pairs of a Grid2Op environment.
 
 Reports per episode and in total: steps survived / max steps (survival rate), cumulative reward, decisions taken
-(danger states), simulations used, wall time, and the environment's L2RPN score where grid2op provides one
+(danger states), simulations used (all of them, and the decisions' own: those the safe rule makes outside danger are
+the same rule for every agent), wall time, and the environment's L2RPN score where grid2op provides one
 (:mod:`ace_hybrid.grid.scores`). Results are written as JSON plus a markdown table.
 """
 
@@ -29,9 +30,13 @@ class EpisodeResult:
     cumulative_reward: float
     decisions: int
     simulations: int
+    """Every ``obs.simulate`` of the agent: its decisions' and its safe rule's."""
     wall_time_s: float
     score: float | None = None
     """The L2RPN score of this episode, when computed."""
+    decision_simulations: int | None = None
+    """The simulations the agent made to decide in danger states (its safe rule's excluded); None for an agent that
+    does not count them apart."""
 
     @property
     def survival_rate(self) -> float:
@@ -62,6 +67,8 @@ class EvaluationReport:
             "mean_reward": float(np.mean([e.cumulative_reward for e in eps])) if eps else 0.0,
             "decisions": sum(e.decisions for e in eps),
             "simulations": sum(e.simulations for e in eps),
+            "decision_simulations": (None if any(e.decision_simulations is None for e in eps)
+                                     else sum(int(e.decision_simulations or 0) for e in eps)),
             "wall_time_s": float(sum(e.wall_time_s for e in eps)),
             "mean_score": float(np.mean(scores)) if scores else float("nan"),
         }
@@ -125,6 +132,7 @@ def play_episode(
         agent.reset(obs)
     decisions0 = getattr(agent, "decisions", 0)
     sims0 = getattr(agent, "total_simulations", 0)
+    decision_sims0 = getattr(agent, "simulations", None)
     horizon = int(env.max_episode_duration())
     if max_steps is not None:
         if max_steps <= 0:
@@ -153,6 +161,7 @@ def play_episode(
         decisions=getattr(agent, "decisions", 0) - decisions0,
         simulations=getattr(agent, "total_simulations", 0) - sims0,
         wall_time_s=time.perf_counter() - started,
+        decision_simulations=None if decision_sims0 is None else int(agent.simulations) - int(decision_sims0),
     )
 
 
