@@ -546,3 +546,14 @@ def test_the_shipped_experiment_files_are_valid(path: Path) -> None:
     assert guided and guided[0]["kind"] == "sac_only" and guided[0]["deploy_topk"] == [0, 7]
     cfg = spec.row_config(next(r for r in spec.rows if r.train_id == "expert-guided-rl"), spec.seeds[0])
     assert cfg.train.tutor_steps > 0 and cfg.train.imitation_weight > 0
+
+
+def test_groups_with_a_language_model_run_first_then_trainings_then_baselines() -> None:
+    spec = ex.load_experiment(REPO / "experiments" / "paper_table.toml")
+    plan = [(row, seed, spec.row_config(row, seed)) for row, seed in spec.cells()]
+    kinds = [group[0][0].kind for group in ex.longest_first(ex.cell_groups(plan))]
+    llm, trained = kinds.count("llm_lac") + kinds.count("ace"), kinds.count("sac_only")
+    # The LLM-only agent asks the model at every test decision: left to the end it would run alone for most of an hour.
+    assert kinds[0] == "llm_lac" and set(kinds[:llm]) == {"llm_lac", "ace"}
+    assert set(kinds[llm:llm + trained]) == {"sac_only"}
+    assert set(kinds[llm + trained:]) == {"donothing", "reco", "greedy", "tutor"}

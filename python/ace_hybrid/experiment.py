@@ -957,19 +957,27 @@ def _run_group_in_worker(spec: ExperimentSpec, group: Sequence[tuple[RowSpec, in
     return list(run_cell_group(spec, group, out, trained))
 
 
+def longest_first(groups: Sequence[Sequence[tuple[RowSpec, int | None, Config]]]) -> list[Any]:
+    """Cell groups, those that look longest first, so that no long one is left to run alone at the end: the groups
+    with a language model (ACE's trainings, and the LLM-only agent, which asks it at every test decision: about 45
+    minutes of one core for make run's 16 test episodes), then the other trainings, then the other baselines; the
+    file's order within each."""
+    def cost(group: Sequence[tuple[RowSpec, int | None, Config]]) -> int:
+        row, _, cfg = group[0]
+        return 2 if row.kind in LLM_KINDS and cfg.llm.backend != "none" else 1 if row.trains else 0
+
+    return sorted(groups, key=cost, reverse=True)
+
+
 def _run_in_workers(spec: ExperimentSpec, todo: Sequence[tuple[RowSpec, int | None, Config]], out: Path,
                     trained: dict[tuple[str, str], dict[str, Any]], jobs: int, bar: Any) -> Iterator[dict[str, Any]]:
-    """Run the groups of ``todo`` in ``jobs`` fresh ("spawn") processes, longest-looking first (training groups
-    with an LLM, then other training, then baselines), yielding cells as groups finish. A failing group stops the
-    experiment after the running groups finish (their cells are saved; a rerun continues)."""
+    """Run the groups of ``todo`` in ``jobs`` fresh ("spawn") processes, in :func:`longest_first` order, yielding
+    cells as groups finish. A failing group stops the experiment after the running groups finish (their cells are
+    saved; a rerun continues)."""
     import multiprocessing
     from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 
-    def cost(group: Sequence[tuple[RowSpec, int | None, Config]]) -> int:
-        row, _, cfg = group[0]
-        return 2 if row.trains and cfg.llm.backend != "none" else 1 if row.trains else 0
-
-    groups = sorted(cell_groups(todo), key=cost, reverse=True)
+    groups = longest_first(cell_groups(todo))
     with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
                              initializer=exit_with_parent, initargs=(os.getpid(),)) as pool:
         pending = {pool.submit(_run_group_in_worker, spec, group, out, trained) for group in groups}
