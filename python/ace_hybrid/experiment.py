@@ -820,10 +820,10 @@ def _setup(spec: ExperimentSpec, cells: list[dict[str, Any]], draws: int, seed: 
             f"playable over a row's episodes (grid2op's aggregate, not the mean of per-episode rates); episode reward "
             f"is the environment's reward summed over an episode, averaged over the episodes; simulations / decision "
             f"counts the agent's obs.simulate calls per danger state (its decision's: the greedy expert's budget, the "
-            f"top-k check's k + 1), and 'with the safe rule's' adds the safe rule's outside danger; training costs are means "
-            f"over seeds; times are wall-clock seconds. [95% CI]: percentile bootstrap, {draws:,} draws (numpy "
-            f"default_rng({seed})), resampling test pairs and training seeds (crossed), the same draws for every "
-            f"row; with {len(spec.seeds)} seed(s) the seed level is coarse.")
+            f"top-k check's k + 1), and 'with the safe rule's' adds the safe rule's outside danger; training costs "
+            f"are means over seeds; times are wall-clock seconds. [95% CI]: percentile bootstrap, {draws:,} draws "
+            f"(numpy default_rng({seed})), resampling test pairs and training seeds (crossed), the same draws for "
+            f"every row; with {len(spec.seeds)} seed(s) the seed level is coarse.")
 
 
 # ----------------------------------------------------------------------------- the whole grid
