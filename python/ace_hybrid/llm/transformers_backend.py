@@ -139,7 +139,11 @@ class TransformersBackend:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self._pad_id = int(self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0)
         self._eos_ids = self._end_of_answer_ids()
-        self._has_logits_to_keep = "logits_to_keep" in inspect.signature(model.forward).parameters
+        forward_parameters = inspect.signature(model.forward).parameters
+        self._has_logits_to_keep = "logits_to_keep" in forward_parameters
+        # transformers >= 5.24 renamed the key/value cache argument and output field to `cache` (the old
+        # `past_key_values` still works there but warns); older releases know only `past_key_values`.
+        self._cache_name = "cache" if "cache" in forward_parameters else "past_key_values"
         self._prefix_ok = True
         self.load_seconds = time.perf_counter() - started
         """Seconds spent loading the model and tokenizer."""
@@ -303,7 +307,7 @@ class TransformersBackend:
             kwargs["logits_to_keep"] = 1
         out = self.model(**kwargs)
         first = torch.log_softmax(out.logits[0, -1].float(), dim=-1)
-        prefix = out.past_key_values
+        prefix = getattr(out, self._cache_name, None)
         if prefix is None or not hasattr(prefix, "batch_repeat_interleave"):
             raise NotImplementedError(f"the model returned no expandable cache ({type(prefix).__name__})")
         totals = np.empty(len(cand_ids), dtype=np.float64)
@@ -322,7 +326,7 @@ class TransformersBackend:
             cache.batch_repeat_interleave(len(chunk))
             ids, mask, positions = ids.to(self.device), mask.to(self.device), positions.to(self.device)
             logits = self.model(
-                input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True
+                input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **{self._cache_name: cache}
             ).logits
             rest = torch.log_softmax(logits[:, :-1].float(), dim=-1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
             lens = torch.tensor([len(c) for c in chunk], device=rest.device)
