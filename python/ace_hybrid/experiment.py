@@ -108,10 +108,13 @@ TEST_METRICS: tuple[tuple[str, str, str, str, str | None, bool], ...] = (
 )
 """(key, column title, format, numerator, denominator, interval shown in the table) of the metrics measured on the
 test episodes: the sum of the numerator over a row's episodes divided by the sum of the denominator (by the number
-of episodes when None). Simulations per decision are the agent's own in danger states (the greedy expert's budget,
-the top-k check's k + 1); "with the safe rule's" adds those its safe rule makes outside danger, the same rule for
-every agent. Every one has its interval in results.json; the table prints those of the outcomes (the
-costs, simulations and seconds, vary little and print as points)."""
+of episodes when None); the simulation columns are as :data:`SIMULATIONS_NOTE` says. Every one has its interval in
+results.json; the table prints those of the outcomes (the costs, simulations and seconds, vary little and print as
+points)."""
+SIMULATIONS_NOTE = ("Simulations / decision counts the agent's own obs.simulate calls per danger state (the greedy "
+                    "expert's budget, the top-k check's k + 1); 'with the safe rule's' adds those of the safe rule "
+                    "every agent runs outside danger (reconnecting lines, reverting substations).")
+"""What the two simulation columns count (results.md's setup and report.md's deployment costs)."""
 TRAIN_METRICS: tuple[tuple[str, str, str], ...] = (
     ("env_steps", "RL env steps", "{:,.0f}"),
     ("llm_calls", "LLM calls", "{:,.0f}"),
@@ -818,12 +821,10 @@ def _setup(spec: ExperimentSpec, cells: list[dict[str, Any]], draws: int, seed: 
             f"{pairs}{cut}. Seeds of the training rows: {', '.join(map(str, spec.seeds))}; baselines are "
             f"deterministic on fixed episodes and run once.{selection} Survival is total steps survived / total steps "
             f"playable over a row's episodes (grid2op's aggregate, not the mean of per-episode rates); episode reward "
-            f"is the environment's reward summed over an episode, averaged over the episodes; simulations / decision "
-            f"counts the agent's obs.simulate calls per danger state (its decision's: the greedy expert's budget, the "
-            f"top-k check's k + 1), and 'with the safe rule's' adds the safe rule's outside danger; training costs "
-            f"are means over seeds; times are wall-clock seconds. [95% CI]: percentile bootstrap, {draws:,} draws "
-            f"(numpy default_rng({seed})), resampling test pairs and training seeds (crossed), the same draws for "
-            f"every row; with {len(spec.seeds)} seed(s) the seed level is coarse.")
+            f"is the environment's reward summed over an episode, averaged over the episodes. {SIMULATIONS_NOTE} "
+            f"Training costs are means over seeds; times are wall-clock seconds. [95% CI]: percentile bootstrap, "
+            f"{draws:,} draws (numpy default_rng({seed})), resampling test pairs and training seeds (crossed), the "
+            f"same draws for every row; with {len(spec.seeds)} seed(s) the seed level is coarse.")
 
 
 # ----------------------------------------------------------------------------- the whole grid

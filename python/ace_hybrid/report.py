@@ -346,6 +346,8 @@ def claims(results: dict[str, Any]) -> str:
 
 def deployment_costs(results: dict[str, Any]) -> str:
     """Simulations per decision of each row beside the greedy expert's, and the check's share of the test time."""
+    from ace_hybrid.experiment import SIMULATIONS_NOTE
+
     rows = [r for r in results.get("rows", []) if _mean(r, "all_simulations_per_decision") is not None]
     if not rows:
         return "No simulation counts in results.json."
@@ -359,10 +361,7 @@ def deployment_costs(results: dict[str, Any]) -> str:
             x, g = _mean(r, key), _mean(greedy, key)
             cells += ["–" if x is None else f"{x:.1f}", f"{x / g:.2f}" if x is not None and g else "–"]
         lines.append(f"| {r['name']} | {' | '.join(cells)} | {_mean(r, 'test_seconds_per_episode') or 0:.2f} s |")
-    note = ("Simulations / decision counts the agent's own obs.simulate calls per danger state (the greedy expert's "
-            "budget, the top-k check's k + 1); 'with the safe rule's' adds those of the safe rule every agent runs "
-            "outside danger (reconnecting lines, reverting substations). A share of at most 0.33 is at most a third "
-            "of the greedy expert's.")
+    note = f"{SIMULATIONS_NOTE} A share of at most 0.33 is at most a third of the greedy expert's."
     if greedy is None:
         note += " No greedy row: no share."
     return "\n".join(head + lines) + "\n\n" + note
