@@ -175,15 +175,19 @@ def test_q_values_from_a_local_model_are_its_token_logits(tmp_path: pathlib.Path
     assert ranking.method == "teacher_forcing"
 
 
-def test_q_values_through_a_server_use_top_logprobs_and_the_floor(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_q_values_through_a_server_use_top_logprobs(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("openai")
     from ace_hybrid.llm import LLMConfig, make_backend
 
     monkeypatch.setenv("ACE_TEST_OPENAI_KEY", "sk-test")
-    top = [("GOOD", -0.4), (" GOOD", -2.0), ("Yes", -2.5), ("No", -6.0)]
+    top = [("GOOD", -0.4), (" GOOD", -2.0), ("Yes", -2.5), ("BAD", -6.0)]
     with fixtures.FakeOpenAIServer(top=top, lifetime_s=30) as server:
         backend = make_backend(LLMConfig(backend="openai", base_url=server.base_url, model="m",
                                          api_key_env="ACE_TEST_OPENAI_KEY", top_logprobs=4))
         q = lac_q_values(backend, "state", ["a", "b"])
+        server.top = [("GOOD", -0.4), ("Yes", -2.5)]  # BAD unlisted: it cannot be scored
+        with pytest.raises(LLMError) as info:
+            lac_q_values(backend, "state", ["a"])
     good = math.log(math.exp(-0.4) + math.exp(-2.0))
-    np.testing.assert_allclose(q, [good - (-6.0)] * 2, rtol=1e-12)  # BAD unlisted: floor = smallest listed
+    np.testing.assert_allclose(q, [good - (-6.0)] * 2, rtol=1e-12)
+    assert info.value.kind == "malformed"

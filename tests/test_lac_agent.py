@@ -103,8 +103,22 @@ def test_the_agent_plays_the_candidate_the_model_prefers(make_grid_env) -> None:
     agent = LACAgent(env, backend, catalog, threshold=0.0, candidates=6, alpha=1.0)
     action = agent.act(obs, 0.0)
     assert agent.last_choice == target and catalog.index_of(action) == target
-    assert backend.seen == [[catalog.describe(i) for i in [0, *shortlist]]]  # do nothing + the shortlist
+    # Do nothing and the shortlist, in a shuffled order (the shortlist's own order puts do nothing first).
+    assert sorted(backend.seen[0]) == sorted(catalog.describe(i) for i in [0, *shortlist])
     assert (agent.decisions, agent.llm_calls, agent.llm_errors) == (1, 1, 0)
+
+
+def test_the_candidates_are_shown_in_a_seeded_shuffled_order(make_grid_env) -> None:
+    env = make_grid_env(ENV)
+    catalog = ActionCatalog.for_env(env)
+    obs = reset_episode(env, 0, 0)
+    orders = []
+    for seed in (0, 0, 1, 2, 3):
+        backend = PreferringBackend("nothing in particular")
+        LACAgent(env, backend, catalog, threshold=0.0, candidates=6, seed=seed).act(obs, 0.0)
+        orders.append(tuple(backend.seen[0]))
+    assert orders[0] == orders[1] and len(set(orders)) >= 3
+    assert {o[0] for o in orders} != {"do nothing"}
 
 
 def test_a_failing_model_makes_the_agent_do_nothing(make_grid_env) -> None:

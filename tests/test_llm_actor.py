@@ -7,6 +7,7 @@ import json
 import os
 import pathlib
 import re
+import zlib
 from typing import Any
 
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -38,7 +39,8 @@ import llm_fixtures as fixtures  # noqa: E402 (tests/ is on sys.path: see confte
 
 class ScriptedBackend:
     """Prefers candidates in a scripted order of texts (tests only); records every prompt. It answers the actor's
-    labelled prompt through next_token_logprobs, reading which text stands under each letter."""
+    labelled prompt through next_token_logprobs, reading which text stands under each letter. Texts it was not told
+    about are ranked by a hash of the text, never by their position."""
 
     name = "scripted"
     supports_finetune = False
@@ -62,12 +64,17 @@ class ScriptedBackend:
         self.prompts.append(prompt)
         if self.fail:
             raise LLMError("server down", backend=self.name, kind="connection")
-        shown = dict(re.findall(r"^([A-Z])\. (.*) \(simulated", prompt[-1]["content"], flags=re.M))
-        return self._prefer([shown[label] for label in tokens])
+        return self._prefer([shown_options(prompt)[label] for label in tokens])
 
     def _prefer(self, texts: list[str]) -> np.ndarray:
         rank = {t: i for i, t in enumerate(self.preference)}
-        return np.array([-float(rank.get(c, 1000 + j)) for j, c in enumerate(texts)])
+        return np.array([-float(rank.get(c, 1000 + zlib.crc32(c.encode()) % 997)) for c in texts])
+
+
+def shown_options(prompt: Any) -> dict[str, str]:
+    """{label: candidate text} of an actor prompt, in the order shown."""
+    lines = re.findall(r"^([A-Z])\. (.*)$", prompt[-1]["content"], flags=re.M)
+    return {label: text.split(" | ")[0] for label, text in lines}
 
 
 def _reward(cfg):
@@ -146,7 +153,8 @@ def test_failed_proposals_are_fed_back_until_a_better_one_is_accepted(setting) -
         assert ref.accepted and ref.rollout.reward >= baseline + actor.min_improvement
         assert ref.improvement == pytest.approx(ref.rollout.reward - baseline)
         assert ref.prompt == backend.prompts[-1]
-        assert f"{ref.answer}. {catalog.describe(ref.action)} (simulated" in ref.prompt[-1]["content"]
+        assert f"{ref.answer}. {catalog.describe(ref.action)} | max " in ref.prompt[-1]["content"]
+        assert shown_options(ref.prompt)[ref.answer] == catalog.describe(ref.action)
         assert ref.tried == tried[: ref.rounds]
         assert ref.action == tried[ref.rounds - 1]
         for i in tried[: ref.rounds - 1]:  # every rejected proposal really was no better
@@ -220,8 +228,52 @@ def test_baseline_rankers_choose_without_the_llm(setting, ranker) -> None:
         if ranker == "sim":
             from ace_hybrid.llm.rankers import simulate_effects
 
-            rho = [e.max_rho for e in simulate_effects(obs, [catalog.action(i) for i in cands])]
-            assert ref.tried[0] == cands[int(np.argmin(rho))]
+            rho = dict(zip(cands, (e.max_rho for e in simulate_effects(obs, [catalog.action(i) for i in cands]))))
+            assert rho[ref.tried[0]] == min(rho.values())
+    finally:
+        snapshot.close()
+
+
+class FirstLetterBackend(ScriptedBackend):
+    """A model that answers by position: label A, whatever stands there (what SmolLM2-135M did)."""
+
+    def next_token_logprobs(self, prompt: Any, tokens: Any) -> np.ndarray:
+        self.prompts.append(prompt)
+        return np.array([0.0] + [-5.0] * (len(tokens) - 1))
+
+
+def test_candidates_are_shown_in_a_seeded_shuffled_order_and_the_label_maps_back(setting) -> None:
+    env, obs, catalog, cfg = setting
+    snapshot = env.copy()
+    try:
+        actor = _actor(FirstLetterBackend(), catalog, env, cfg, candidates=6, max_rounds=1, min_improvement=1e6,
+                       min_rho_drop=1e6)
+        cands = actor.candidates(obs, None, rl_action=0)
+        chosen, orders = [], []
+        for seed in range(24):
+            ref = actor.refine(snapshot, obs, 0, shortlist=cands, order_seed=seed)
+            shown = list(shown_options(actor.backend.prompts[-1]).values())
+            assert sorted(shown) == sorted(catalog.describe(i) for i in cands)
+            assert ref.positions == [0] and catalog.describe(ref.tried[0]) == shown[0]  # A maps to what stood there
+            chosen.append(ref.tried[0])
+            orders.append(tuple(shown))
+        again = actor.refine(snapshot, obs, 0, shortlist=cands, order_seed=3)
+        assert again.tried == [chosen[3]]  # the same order seed, the same order
+        # The shortlist's own order never reaches the prompt: always-A is a random ranker here.
+        assert len(set(orders)) >= 20 and set(chosen) == set(cands)
+    finally:
+        snapshot.close()
+
+
+def test_without_effects_the_prompt_shows_only_the_state_and_the_candidates(setting) -> None:
+    env, obs, catalog, cfg = setting
+    snapshot = env.copy()
+    try:
+        backend = ScriptedBackend()
+        _actor(backend, catalog, env, cfg, max_rounds=1, show_effects=False).refine(snapshot, obs, 0)
+        text = backend.prompts[-1][-1]["content"]
+        options = [line for line in text.splitlines() if re.match(r"[A-Z]\. ", line)]
+        assert options and not any(" | " in line for line in options) and "State: " in text
     finally:
         snapshot.close()
 

@@ -443,11 +443,14 @@ def test_the_synchronous_path_is_deterministic(tiny_lm, tmp_path) -> None:
 def test_an_openai_server_gets_llm_concurrency_refinements_side_by_side(tmp_path, monkeypatch) -> None:
     pytest.importorskip("openai")
     monkeypatch.setenv("ACE_TEST_OPENAI_KEY", "sk-test")
-    with fixtures.FakeOpenAIServer(default="sleep", sleep_s=0.1, lifetime_s=120) as server:
+    # Every label the actor (A-D) and the critic (good/Good/bad/Bad) read is listed: an unlisted one is an error.
+    top = [("B", -0.9), ("A", -1.0), ("D", -1.1), ("C", -1.2), ("good", -1.3), ("Bad", -1.4), ("bad", -1.5),
+           ("Good", -1.6)]
+    with fixtures.FakeOpenAIServer(default="sleep", sleep_s=0.1, lifetime_s=120, top=top) as server:
         in_flight = fixtures.track_in_flight(server)
         cfg = load_config(None, [
             *TINY, "llm.backend=openai", f"llm.base_url={server.base_url}", "llm.model=fake",
-            "llm.api_key_env=ACE_TEST_OPENAI_KEY", "llm.concurrency=2", "llm.top_logprobs=5", "llm.timeout_s=10",
+            "llm.api_key_env=ACE_TEST_OPENAI_KEY", "llm.concurrency=2", "llm.top_logprobs=8", "llm.timeout_s=10",
             "train.total_env_steps=60", "ace.max_llm_calls=16", "ace.queue_size=4"])
         summary = train(cfg, tmp_path / "run")
     llm = summary["llm"]

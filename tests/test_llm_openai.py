@@ -71,18 +71,29 @@ def test_generate_reads_top_logprobs_when_asked() -> None:
     assert gen.top_logprobs == ({"GOOD": -0.3, " BAD": -1.5},)
 
 
-def test_next_token_logprobs_merge_listed_variants_and_floor_missing_words() -> None:
-    top = [("GOOD", -0.5), (" GOOD", -1.25), ("The", -2.0), ("GO", -3.0), ("Hmm", -4.5)]
+def test_next_token_logprobs_merge_listed_variants() -> None:
+    top = [("GOOD", -0.5), (" GOOD", -1.25), ("The", -2.0), ("GO", -3.0), (" BAD", -4.5)]
     with FakeOpenAIServer(top=top, lifetime_s=30) as server:
         lp = _backend(server).next_token_logprobs("Is it good?", ["GOOD", "BAD"])
         body = server.requests[0][1]
     assert body["max_tokens"] == 1 and body["logprobs"] is True and body["top_logprobs"] == 5
-    # GOOD: "GOOD", " GOOD" and its prefix "GO"; BAD is not listed: the floor is the smallest listed value.
+    # GOOD: "GOOD", " GOOD" and its prefix "GO"; BAD: " BAD".
     np.testing.assert_allclose(lp, [_lse(-0.5, -1.25, -3.0), -4.5], rtol=1e-12)
 
 
+def test_a_word_missing_from_the_top_log_probabilities_is_malformed_not_floored() -> None:
+    """Giving every unlisted label the same floor made them tie, and the tie went to the first (label A)."""
+    top = [("GOOD", -0.5), ("The", -2.0), ("Hmm", -4.5)]
+    with FakeOpenAIServer(top=top, lifetime_s=30) as server:
+        backend = _backend(server)
+        with pytest.raises(LLMError) as info:
+            backend.next_token_logprobs("Which?", ["GOOD", "BAD", "UGLY"])
+    assert info.value.kind == "malformed" and "['BAD', 'UGLY']" in str(info.value)
+    assert backend.stats["errors"] == 1
+
+
 def test_a_prefix_shared_by_two_words_counts_for_neither() -> None:
-    top = [("B", -0.1), ("BAD", -1.0), ("BA", -2.0), ("x", -6.0)]
+    top = [("B", -0.1), ("BAD", -1.0), ("BA", -2.0), ("BAG", -6.0)]
     with FakeOpenAIServer(top=top, lifetime_s=30) as server:
         lp = _backend(server).next_token_logprobs("q", ["BAD", "BAG"])
     np.testing.assert_allclose(lp, [-1.0, -6.0])
@@ -105,7 +116,7 @@ def test_echo_scoring_sums_the_candidate_tokens() -> None:
 
 
 def test_scoring_falls_back_to_numbered_choices_when_echo_is_refused() -> None:
-    top = [("2", -0.1), ("1", -2.5), (" 2", -3.0), ("Answer", -4.0)]
+    top = [("2", -0.1), ("1", -2.5), (" 2", -3.0), ("3", -4.0)]
     candidates = ["do nothing", "reconnect line 3", "set bus 2"]
     with FakeOpenAIServer(["404"], top=top, lifetime_s=30) as server:
         b = _backend(server)
@@ -121,12 +132,13 @@ def test_scoring_falls_back_to_numbered_choices_when_echo_is_refused() -> None:
     assert paths == ["/v1/completions", "/v1/chat/completions", "/v1/chat/completions"]
 
 
-def test_choice_scoring_without_any_candidate_number_is_malformed() -> None:
-    with FakeOpenAIServer(top=[("Well", -0.2), ("I", -1.0)], lifetime_s=30) as server:
+@pytest.mark.parametrize("top", [[("Well", -0.2), ("I", -1.0)], [("1", -0.2), ("I", -1.0)]])
+def test_choice_scoring_with_a_candidate_number_missing_is_malformed(top) -> None:
+    with FakeOpenAIServer(top=top, lifetime_s=30) as server:
         b = _backend(server, openai_scoring="choice")
         with pytest.raises(LLMError) as info:
             b.score_candidates("q", ["a", "b"])
-    assert info.value.kind == "malformed" and "no candidate number" in str(info.value)
+    assert info.value.kind == "malformed" and "'2'" in str(info.value)
 
 
 def test_forced_echo_scoring_reports_unsupported_servers() -> None:

@@ -30,8 +30,8 @@ HEADS = ("linear", "lowrank")
 BACKENDS = ("smollm2", "transformers", "openai", "none")
 """Valid values of :attr:`LLMConfig.backend`."""
 
-ACTOR_RANKERS = ("llm", "lac", "sim", "q", "random", "score")
-"""Valid values of :attr:`ACEConfig.ranker` ("score" is the 0.1 name of "llm")."""
+ACTOR_RANKERS = ("llm", "lac", "sim", "q", "random")
+"""Valid values of :attr:`ACEConfig.ranker`."""
 
 QUEUE_OVERFLOW = ("skip", "drop_oldest")
 """Valid values of :attr:`ACEConfig.queue_overflow`."""
@@ -266,12 +266,14 @@ class ACEConfig:
     max_rounds: int = 5
     """Rounds of propose -> validate per bad transition; a failed attempt is put in the next round's prompt."""
     ranker: str = "sim"
-    """How the actor picks among candidates (each shown with its simulated one-step effect): "llm" (the model answers
-    with a candidate's letter, read from the letters' log-probabilities), "lac" (prior x exp(lac_alpha Q_LLM), Q_LLM
-    from GOOD/BAD token logits), or the baselines "sim" (lowest simulated max loading), "q" (the SAC critic's best)
-    and "random". "score" (0.1) is read as "llm". The default is what measures best in benchmarks/bench_actor.py:
-    "sim" picks a good candidate first 89% of the time, the embedded SmolLM2 60% (random: 51%); point "llm" at a
-    stronger model and measure it there."""
+    """How the actor picks among candidates (shown in a seeded shuffled order): "llm" (the model answers with a
+    candidate's letter, read from the letters' log-probabilities), "lac" (prior x exp(lac_alpha Q_LLM), Q_LLM from
+    GOOD/BAD token logits), or the controls "sim" (lowest simulated max loading), "q" (the SAC critic's best) and
+    "random". The default is what measures best in benchmarks/bench_actor.py (see the README's LLM section for the
+    embedded model against these controls); point "llm" at a stronger model and measure it there."""
+    show_effects: bool = True
+    """Show each candidate's simulated one-step effect (max loading, lines over the limit, lines off) in the LLM's
+    prompt ("reading"); false shows the state and the candidates' texts only ("knowledge of the grid")."""
     lac_alpha: float = 1.0
     """Critic weight of LAC when ranker = "lac" and for the LLM-only agent."""
     validation_steps: int = 48
@@ -312,7 +314,10 @@ class ACEConfig:
     finetune_every: int = 100
     """Fine-tune after every this many accepted refinements."""
     finetune_pairs: int = 64
-    """Prompt -> answer pairs per fine-tuning round, from the accepted refinements with the largest r_hat - r."""
+    """Accepted refinements per fine-tuning round, those with the largest r_hat - r."""
+    sft_orders: int = 2
+    """Each of a round's refinements is shown under this many orders of its candidates, the accepted candidate's
+    letter cycling evenly over the positions: the pairs teach which candidate was right, never a letter."""
     probe_size: int = 8
     """Bad transitions set aside (never refined or trained on) to measure the LLM's first-choice acceptance before
     and after each fine-tuning round on identical problems (0: no probe)."""
@@ -345,6 +350,7 @@ class ACEConfig:
         _check(-10.0 <= self.r_bar <= 10.0, "ace.r_bar", self.r_bar, "must be in [-10, 10]")
         _check(2 <= self.candidates <= 26, "ace.candidates", self.candidates, "must be in [2, 26] (one letter each)")
         _check(1 <= self.max_rounds <= 20, "ace.max_rounds", self.max_rounds, "must be in [1, 20]")
+        _check(self.ranker != "score", "ace.ranker", self.ranker, "was renamed: use 'llm'")
         _check(self.ranker in ACTOR_RANKERS, "ace.ranker", self.ranker, f"must be one of {ACTOR_RANKERS}")
         _check(0.0 < self.bad_rho <= 5.0, "ace.bad_rho", self.bad_rho, "must be in (0, 5]")
         _check(0.0 <= self.lac_alpha <= 100.0, "ace.lac_alpha", self.lac_alpha, "must be in [0, 100]")
@@ -366,6 +372,7 @@ class ACEConfig:
                "must be 'score' or 'generate'")
         _check(self.finetune_every >= 1, "ace.finetune_every", self.finetune_every, "must be >= 1")
         _check(self.finetune_pairs >= 1, "ace.finetune_pairs", self.finetune_pairs, "must be >= 1")
+        _check(1 <= self.sft_orders <= 26, "ace.sft_orders", self.sft_orders, "must be in [1, 26]")
         _check(0 <= self.probe_size <= 256, "ace.probe_size", self.probe_size, "must be in [0, 256]")
         _check(1 <= self.queue_size <= 10_000, "ace.queue_size", self.queue_size, "must be in [1, 10000]")
         _check(self.queue_overflow in QUEUE_OVERFLOW, "ace.queue_overflow", self.queue_overflow,

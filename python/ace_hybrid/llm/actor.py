@@ -8,10 +8,12 @@ played) and:
    (:meth:`~ace_hybrid.grid.catalog.ActionCatalog.shortlist`), plus do nothing, without the RL action itself;
 2. asks the ranker to choose one (:mod:`ace_hybrid.llm.rankers`, ``ace.ranker``). For the LLM the prompt holds a
    domain prefix P_r, the state T_s, the RL action T_a with its outcome, every failed attempt so far, and each
-   candidate under a letter with its simulated one-step effect ("think twice": the LLM reads what the simulator
-   says); the LLM answers with a letter, read from the labels' next-token log-probabilities, so the proposal is
-   always a legal candidate and nothing the model writes is ever executed. The rankers "sim" (lowest simulated max
-   loading), "q" (the SAC critic) and "random" are the baselines it is measured against;
+   candidate under a letter, with its simulated one-step effect when ``show_effects``; the candidates are shown in a
+   seeded shuffled order (never the shortlist's or the critic's: a small model's position prior would pass for a
+   choice), and the chosen letter is mapped back to its candidate. The LLM's answer is read from the labels'
+   next-token log-probabilities, so the proposal is always a legal candidate and nothing the model writes is ever
+   executed. The rankers "sim" (lowest simulated max loading), "q" (the SAC critic) and "random" are the controls
+   it is measured against;
 3. validates the proposal in a copy of the snapshot: play it, then the safe rule until the next danger state, the end
    of the episode or ``validation_steps`` steps, summing the training reward. The RL action is replayed the same way
    (like for like: same simulator, same cap). The proposal is accepted if it does not end in a blackout the RL
@@ -43,7 +45,7 @@ import numpy as np
 from ace_hybrid.grid.rules import SafeRule, in_danger
 from ace_hybrid.grid.text import LineEndpoints, describe_state
 from ace_hybrid.llm.backend import LLMBackend, LLMError
-from ace_hybrid.llm.rankers import LABELS, Ranker, labelled_prompt, simulate_effects
+from ace_hybrid.llm.rankers import LABELS, ChoiceProblem, Ranker, neutral_order, simulate_effects
 
 __all__ = ["ActorStats", "PolicyActor", "Refinement", "Rollout", "rollout"]
 
@@ -111,8 +113,9 @@ def describe_outcome(r: Rollout) -> str:
 class Refinement:
     """What the actor did with one bad transition.
 
-    ``action`` / ``rollout`` / ``improvement`` / ``prompt`` / ``answer`` describe the accepted proposal (None when
-    no round succeeded). ``baseline`` is the RL action replayed in the simulator.
+    ``action`` / ``rollout`` / ``improvement`` / ``problem`` / ``choice`` describe the accepted proposal (None when
+    no round succeeded): ``problem`` is the question of the accepted round, candidates in the order shown, and
+    ``choice`` the accepted candidate's position in it. ``baseline`` is the RL action replayed in the simulator.
     """
 
     rounds: int
@@ -122,12 +125,24 @@ class Refinement:
     action: int | None = None
     rollout: Rollout | None = None
     improvement: float = 0.0
-    prompt: list[dict[str, str]] | None = None
-    answer: str | None = None
+    problem: ChoiceProblem | None = None
+    choice: int | None = None
     first_choice_accepted: bool = False
     error: str | None = None
     tried: list[int] = field(default_factory=list)
     """Candidates validated, in the order the ranker chose them."""
+    positions: list[int] = field(default_factory=list)
+    """Position (0 = A) of each round's choice in the order shown: how spread a model's choices are."""
+
+    @property
+    def prompt(self) -> list[dict[str, str]] | None:
+        """The accepted round's prompt."""
+        return self.problem.prompt() if self.problem is not None else None
+
+    @property
+    def answer(self) -> str | None:
+        """The accepted round's answer (a label)."""
+        return LABELS[self.choice] if self.choice is not None else None
 
 
 @dataclass
@@ -165,16 +180,16 @@ class PolicyActor:
         The training reward of one environment step.
     threshold : float
         Danger threshold (the end of a simulated segment).
-    candidates, max_rounds, validation_steps, min_improvement, ranker, lac_alpha
+    candidates, max_rounds, validation_steps, min_improvement, ranker, lac_alpha, show_effects
         As in :class:`~ace_hybrid.config.ACEConfig`.
     seed
-        Seed of the "random" ranker.
+        Seed of the candidates' shown order, of the "random" ranker and of tie-breaking.
     """
 
     def __init__(self, backend: LLMBackend | None, catalog: Any, layout: LineEndpoints, *,
                  reward_fn: Callable[[Any, bool], float], threshold: float, candidates: int = 8, max_rounds: int = 5,
                  validation_steps: int = 48, min_improvement: float = 0.01, min_rho_drop: float = 0.05,
-                 ranker: str = "llm", lac_alpha: float = 1.0, seed: int = 0) -> None:
+                 ranker: str = "llm", lac_alpha: float = 1.0, show_effects: bool = True, seed: int = 0) -> None:
         if not 2 <= candidates <= len(LABELS):
             raise ValueError(f"candidates = {candidates} out of range [2, {len(LABELS)}]")
         if max_rounds < 1:
@@ -185,6 +200,8 @@ class PolicyActor:
             raise ValueError(f"min_rho_drop = {min_rho_drop} out of range [0, inf)")
         self.backend, self.catalog, self.layout = backend, catalog, layout
         self.ranker = Ranker(ranker, backend, lac_alpha=lac_alpha, seed=seed)
+        self.show_effects = bool(show_effects)
+        self.order_rng = np.random.default_rng([seed, 1])
         self.reward_fn, self.threshold = reward_fn, float(threshold)
         self.n_candidates, self.max_rounds = int(candidates), int(max_rounds)
         self.validation_steps, self.min_improvement = int(validation_steps), float(min_improvement)
@@ -245,7 +262,7 @@ class PolicyActor:
 
     def refine(self, snapshot: Any, obs: Any, rl_action: int, *, q_values: np.ndarray | None = None,
                may_call: Callable[[], bool] = lambda: True, max_rounds: int | None = None,
-               shortlist: Sequence[int] | None = None) -> Refinement:
+               shortlist: Sequence[int] | None = None, order_seed: int | None = None) -> Refinement:
         """Think twice about ``rl_action`` played in ``obs`` (the observation of ``snapshot``).
 
         Parameters
@@ -260,29 +277,34 @@ class PolicyActor:
             Overrides the actor's rounds (1 measures the LLM's first choice alone).
         shortlist : sequence of int, optional
             The candidates to choose from (default: :meth:`candidates`); fixed problem sets pass theirs.
+        order_seed : int, optional
+            Seed of the order the candidates are shown in (default: the actor's own generator); fixed problem
+            sets pass one per problem, so every ranker and every model sees the same order.
         """
         self.stats.bad_transitions += 1
         result = Refinement(rounds=0, calls=0, accepted=False)
         candidates = self.candidates(obs, q_values, rl_action) if shortlist is None else list(shortlist)
         if not candidates:
             return result
+        rng = self.order_rng if order_seed is None else np.random.default_rng(order_seed)
+        shown = [candidates[i] for i in neutral_order(len(candidates), rng)]
         baseline = self._simulate(snapshot, rl_action)
         result.baseline = baseline
         state_text = describe_state(obs, self.layout)
         rl_text, rl_outcome = self.catalog.describe(rl_action), describe_outcome(baseline)
-        effects = dict(zip(candidates, simulate_effects(obs, [self.catalog.action(i) for i in candidates])))
+        effects = dict(zip(shown, simulate_effects(obs, [self.catalog.action(i) for i in shown])))
         failed: list[tuple[str, str]] = []
         rounds = self.max_rounds if max_rounds is None else max_rounds
         uses_llm = self.ranker.uses_llm
-        while candidates and result.rounds < rounds and (not uses_llm or may_call()):
-            texts = [self.catalog.describe(i) for i in candidates]
-            prompt = labelled_prompt(state_text, rl_text, rl_outcome, failed, texts, [effects[i] for i in candidates])
-            q = [float(q_values[i]) if q_values is not None else np.nan for i in candidates]
+        while shown and result.rounds < rounds and (not uses_llm or may_call()):
+            problem = ChoiceProblem(state_text, rl_text, rl_outcome, tuple(self.catalog.describe(i) for i in shown),
+                                    tuple(effects[i] for i in shown), tuple(failed), self.show_effects)
+            q = [float(q_values[i]) if q_values is not None else np.nan for i in shown]
             started = time.perf_counter()
             result.calls += int(uses_llm)
             self.stats.calls += int(uses_llm)
             try:
-                choice = self.ranker.choose(prompt, state_text, texts, [effects[i] for i in candidates], q)
+                choice = self.ranker.choose(problem, q)
             except LLMError as exc:
                 self.stats.errors += 1
                 self.stats.error_kinds[exc.kind] = self.stats.error_kinds.get(exc.kind, 0) + 1
@@ -292,16 +314,17 @@ class PolicyActor:
                 self.stats.llm_seconds += time.perf_counter() - started
             result.rounds += 1
             self.stats.rounds += 1
-            action = candidates.pop(choice)
+            result.positions.append(choice)
+            action = shown.pop(choice)
             outcome = self._simulate(snapshot, action)
             result.tried.append(action)
             if self.better(outcome, baseline):
                 result.accepted, result.action, result.rollout = True, action, outcome
                 result.improvement = outcome.reward - baseline.reward
-                result.prompt, result.answer = prompt, LABELS[choice]
+                result.problem, result.choice = problem, choice
                 result.first_choice_accepted = result.rounds == 1
                 self.stats.accepted += 1
                 self.stats.first_choice_accepted += int(result.first_choice_accepted)
                 return result
-            failed.append((texts[choice], describe_outcome(outcome)))
+            failed.append((problem.texts[choice], describe_outcome(outcome)))
         return result

@@ -123,8 +123,8 @@ class CandidateScores(NamedTuple):
         Score of each candidate. With ``method`` "teacher_forcing" or "echo": the sum (``reduction="sum"``)
         or mean (``"mean"``) of the candidate tokens' log-probabilities given the prompt. With ``method``
         "choice": log P(the model answers the candidate's number), a single-token log-probability
-        (``reduction`` does not apply); candidates whose number is not among the server's top
-        log-probabilities get the smallest listed log-probability (an upper bound of their true value).
+        (``reduction`` does not apply); a candidate whose number is not among the server's top
+        log-probabilities cannot be scored, and the call raises LLMError "malformed".
     n_tokens : (n,) int64
         Tokens per candidate (1 for "choice").
     method : str

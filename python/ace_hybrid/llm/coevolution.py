@@ -1,14 +1,20 @@
 """Co-evolution: LoRA fine-tuning of the LLM on its best accepted refinements (ACE, arXiv 2506.02522, Sec. 3.4).
 
-Every ``finetune_every`` accepted refinements, the accepted (prompt -> answer) pairs whose transitions are still in
-the LLM partition are ranked by improvement r_hat - r and the best ``finetune_pairs`` train the LoRA adapter
+Every ``finetune_every`` accepted refinements, the accepted refinements whose transitions are still in the LLM
+partition are ranked by improvement r_hat - r and the best ``finetune_pairs`` train the LoRA adapter
 (:meth:`~ace_hybrid.llm.backend.LLMBackend.finetune`). The adapter is written under ``adapter_dir/round-<k>`` and
 stays loaded: the next proposals come from the fine-tuned model.
 
+The pairs teach content, not a letter (:func:`content_pairs`): each accepted refinement is shown under ``orders``
+orders of its candidates, the accepted candidate's letter cycling evenly over the positions. A target that is
+always the same letter teaches the letter: the embedded model chose A on every problem, the actor then accepted
+the A's that validated, and a round on those pairs lowered the loss without changing a single choice.
+
 Measuring what fine-tuning does: the first ``probe_size`` bad transitions are set aside as a probe (the actor never
 refines them, so they are never trained on). Before and after each round the LLM makes one proposal per probe problem
-(its first choice, no feedback) and each is validated in the simulator: the acceptance rate on identical problems, before
-against after, is what the ACE paper reports as its LLM's own decisions improving (by about 11%).
+(its first choice, no feedback; each problem in its own fixed shuffled order, the same before and after) and each is
+validated in the simulator: the acceptance rate on identical problems, before against after, is what the ACE paper
+reports as its LLM's own decisions improving (by about 11%).
 """
 
 from __future__ import annotations
@@ -16,14 +22,37 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from ace_hybrid.llm.actor import PolicyActor, Refinement
 from ace_hybrid.llm.backend import LLMBackend, LLMError
+from ace_hybrid.llm.rankers import LABELS, ChoiceProblem
 
-__all__ = ["CoEvolution", "ProbeProblem"]
+__all__ = ["CoEvolution", "ProbeProblem", "content_pairs"]
+
+
+def content_pairs(examples: Sequence[tuple[ChoiceProblem, int]], orders: int, seed: int
+                  ) -> list[tuple[list[dict[str, str]], str]]:
+    """(prompt, label) pairs that teach which candidate is right: each (problem, right candidate) is rendered under
+    ``orders`` orders, the right candidate put at positions 0, 1, 2, ... in turn over all the pairs (so every
+    letter is the target about equally often) and the other candidates shuffled (seeded)."""
+    if orders < 1:
+        raise ValueError(f"orders = {orders} out of range [1, 26]")
+    rng = np.random.default_rng(seed)
+    out, turn = [], 0
+    for problem, right in examples:
+        n = len(problem.texts)
+        if not 0 <= right < n:
+            raise ValueError(f"right candidate {right} out of range [0, {n})")
+        for _ in range(orders):
+            others = [i for i in rng.permutation(n).tolist() if i != right]
+            position = turn % n
+            turn += 1
+            order = others[:position] + [right] + others[position:]
+            out.append((problem.reordered(order).prompt(), LABELS[position]))
+    return out
 
 
 @dataclass
@@ -34,6 +63,8 @@ class ProbeProblem:
     obs: Any
     rl_action: int
     q_values: np.ndarray | None
+    order_seed: int = 0
+    """Seed of the order its candidates are shown in (the same before and after a round)."""
 
 
 class CoEvolution:
@@ -46,23 +77,30 @@ class CoEvolution:
     every : int
         Accepted refinements between fine-tuning rounds.
     n_pairs : int
-        Pairs per round.
+        Accepted refinements per round.
+    orders : int
+        Orders each refinement is shown under (:func:`content_pairs`).
+    seed : int
+        Seed of those orders.
     adapter_dir : Path
         Where each round's adapter is written.
     probe_size : int
         Probe problems to collect (0: no probe).
     """
 
-    def __init__(self, backend: LLMBackend, *, every: int, n_pairs: int, adapter_dir: Path, probe_size: int) -> None:
-        if every < 1 or n_pairs < 1 or probe_size < 0:
-            raise ValueError(f"every = {every}, n_pairs = {n_pairs}, probe_size = {probe_size}: need every >= 1, "
-                             "n_pairs >= 1, probe_size >= 0")
+    def __init__(self, backend: LLMBackend, *, every: int, n_pairs: int, adapter_dir: Path, probe_size: int,
+                 orders: int = 2, seed: int = 0) -> None:
+        if every < 1 or n_pairs < 1 or probe_size < 0 or orders < 1:
+            raise ValueError(f"every = {every}, n_pairs = {n_pairs}, probe_size = {probe_size}, orders = {orders}: "
+                             "need every >= 1, n_pairs >= 1, probe_size >= 0, orders >= 1")
         self.backend, self.every, self.n_pairs = backend, int(every), int(n_pairs)
+        self.orders, self.seed = int(orders), int(seed)
         self.adapter_dir, self.probe_size = Path(adapter_dir), int(probe_size)
         self.disabled = None if getattr(backend, "supports_finetune", False) else (
             f"backend {getattr(backend, 'name', '?')!r} cannot fine-tune")
         self.records: list[dict[str, Any]] = []
-        """Accepted refinements: prompt, answer, improvement, handle (in the LLM partition)."""
+        """Accepted refinements: problem (:meth:`ChoiceProblem.to_dict`), choice (the accepted candidate's position
+        in it), improvement, handle (in the LLM partition)."""
         self.since_last = 0
         self.history: list[dict[str, Any]] = []
         """One entry per fine-tuning round (saved with checkpoints)."""
@@ -75,14 +113,20 @@ class CoEvolution:
         return len(self.probes) < self.probe_size
 
     def add_probe(self, problem: ProbeProblem) -> None:
+        problem.order_seed = self.seed * 1000 + len(self.probes)
         self.probes.append(problem)
 
+    @staticmethod
+    def as_record(refinement: Refinement, handle: int) -> dict[str, Any]:
+        """What :meth:`record` keeps of an accepted refinement (plain values, for checkpoints)."""
+        if not refinement.accepted or refinement.problem is None or refinement.choice is None:
+            raise ValueError("only accepted refinements (with their problem and choice) can be recorded")
+        return {"problem": refinement.problem.to_dict(), "choice": int(refinement.choice),
+                "improvement": float(refinement.improvement), "handle": int(handle)}
+
     def record(self, refinement: Refinement, handle: int) -> None:
-        """Keep an accepted refinement's pair; counts towards the next round."""
-        if not refinement.accepted or refinement.prompt is None or refinement.answer is None:
-            raise ValueError("only accepted refinements (with their prompt and answer) can be recorded")
-        self.records.append({"prompt": refinement.prompt, "answer": refinement.answer,
-                             "improvement": float(refinement.improvement), "handle": int(handle)})
+        """Keep an accepted refinement; counts towards the next round."""
+        self.records.append(self.as_record(refinement, handle))
         self.since_last += 1
 
     def due(self) -> bool:
@@ -91,8 +135,8 @@ class CoEvolution:
     # ------------------------------------------------------------------ one round
 
     def best_pairs(self, replay: Any) -> list[tuple[list[dict[str, str]], str]]:
-        """The ``n_pairs`` live records with the largest improvement (records whose transition left the buffer are
-        dropped for good)."""
+        """The content pairs (:func:`content_pairs`) of the ``n_pairs`` live records with the largest improvement
+        (records whose transition left the buffer are dropped for good)."""
         live = []
         for rec in self.records:
             try:
@@ -102,28 +146,34 @@ class CoEvolution:
             live.append(rec)
         self.records = live
         best = sorted(live, key=lambda r: -r["improvement"])[: self.n_pairs]
-        return [(r["prompt"], r["answer"]) for r in best]
+        examples = [(ChoiceProblem.from_dict(r["problem"]), r["choice"]) for r in best]
+        return content_pairs(examples, self.orders, self.seed + len(self.history))
 
     def probe(self, actor: PolicyActor, may_call: Callable[[], bool]) -> dict[str, float]:
-        """The LLM's first choice on every probe problem, validated: acceptance rate and mean improvement.
+        """The LLM's first choice on every probe problem, validated: acceptance rate, mean improvement, and the
+        share of the most chosen position (1.0: it answers by position).
 
         The actor's counters are left as they were (a probe is a measurement, not training)."""
         saved = actor.stats
         actor.stats = type(saved)()
-        accepted, gains, asked = 0, [], 0
+        accepted, gains, positions, asked = 0, [], [], 0
         try:
             for p in self.probes:
                 if not may_call():
                     break
-                r = actor.refine(p.snapshot, p.obs, p.rl_action, q_values=p.q_values, max_rounds=1)
+                r = actor.refine(p.snapshot, p.obs, p.rl_action, q_values=p.q_values, max_rounds=1,
+                                 order_seed=p.order_seed)
                 asked += 1
                 accepted += int(r.accepted)
+                positions += r.positions[:1]
                 if r.baseline is not None and r.rounds:
                     gains.append(r.improvement if r.accepted else 0.0)
         finally:
             actor.stats = saved
+        top = max(np.bincount(positions)) / len(positions) if positions else float("nan")
         return {"asked": asked, "acceptance": accepted / asked if asked else float("nan"),
-                "mean_improvement": float(np.mean(gains)) if gains else float("nan")}
+                "mean_improvement": float(np.mean(gains)) if gains else float("nan"),
+                "top_position_share": float(top)}
 
     def finetune(self, replay: Any, actor: PolicyActor, may_call: Callable[[], bool], env_steps: int,
                  lora: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -132,7 +182,7 @@ class CoEvolution:
         entry: dict[str, Any] = {"round": len(self.history) + 1, "env_steps": env_steps}
         started = time.perf_counter()
         pairs = self.best_pairs(replay)
-        entry["pairs"] = len(pairs)
+        entry["pairs"], entry["refinements"] = len(pairs), len(pairs) // self.orders
         if self.probes:
             entry["probe_before"] = self.probe(actor, may_call)
         try:

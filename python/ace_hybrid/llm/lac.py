@@ -13,8 +13,8 @@ where pi_LLM(a | s) is the LLM's probability of answering the candidate's text, 
 candidates. ``alpha = 0`` gives the prior back; large ``alpha`` trusts the critic.
 
 Log-probabilities come from :meth:`LLMBackend.next_token_logprobs` (exact token logits with local models;
-with a server, its top log-probabilities, where a word missing from the top list gets the smallest listed
-log-probability -- an upper bound of its true value, see :mod:`ace_hybrid.llm.openai_backend`). LAC reads the
+with a server, its top log-probabilities: a word missing from the top list cannot be scored and the call raises
+LLMError "malformed", see :mod:`ace_hybrid.llm.openai_backend`). LAC reads the
 *first token* of each judgement word, so pick words whose first tokens differ (the defaults do).
 """
 

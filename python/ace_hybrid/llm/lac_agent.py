@@ -1,7 +1,8 @@
 """LAC as an LLM-only agent (the "llm_lac" row of the experiment table).
 
 In a danger state the agent shows the language model a short list of legal candidates -- do nothing (catalog
-index 0) and the catalog's heuristic shortlist (:meth:`ActionCatalog.shortlist`) -- ranks them with LAC
+index 0) and the catalog's heuristic shortlist (:meth:`ActionCatalog.shortlist`), in a seeded shuffled order so
+that neither the shortlist's order nor a tie can decide for the model -- ranks them with LAC
 (:class:`~ace_hybrid.llm.lac.LACRanker`: pi_new ∝ pi_LLM exp(alpha Q_LLM), arXiv 2506.06376) over the state text
 T_s (:func:`~ace_hybrid.grid.text.describe_state`) and plays the best one, without simulating anything. Outside
 danger the safe rule acts, as for every agent (:class:`~ace_hybrid.grid.agents.RuleAgent`). When the model fails
@@ -13,10 +14,13 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, cast
 
+import numpy as np
+
 from ace_hybrid.grid.agents import RuleAgent
 from ace_hybrid.grid.text import LineEndpoints, describe_state
 from ace_hybrid.llm.backend import LLMBackend, LLMError
 from ace_hybrid.llm.lac import LACRanker
+from ace_hybrid.llm.rankers import neutral_order
 
 if TYPE_CHECKING:
     from ace_hybrid.config import Config
@@ -44,6 +48,8 @@ class LACAgent(RuleAgent):
     reduction : {"sum", "mean"}
         How the prior pi_LLM reads a candidate's token log-probabilities: "sum" (sequence probability, which
         favours short texts such as "do nothing") or "mean" (per token, length-neutral).
+    seed : int
+        Seed of the order the candidates are shown in.
 
     Attributes
     ----------
@@ -69,6 +75,7 @@ class LACAgent(RuleAgent):
         candidates: int = 8,
         alpha: float = 1.0,
         reduction: str = "sum",
+        seed: int = 0,
     ) -> None:
         if isinstance(candidates, bool) or not isinstance(candidates, int) or candidates < 2:
             raise ValueError(f"candidates = {candidates!r} out of range [2, inf): do nothing and at least one other")
@@ -82,6 +89,7 @@ class LACAgent(RuleAgent):
         self.llm_errors = 0
         self.llm_seconds = 0.0
         self.last_choice = -1
+        self.rng = np.random.default_rng(seed)
 
     def choose(self, observation: Any) -> int:
         """Catalog index of the action LAC picks in ``observation`` (0, do nothing, when the model fails)."""
@@ -89,6 +97,7 @@ class LACAgent(RuleAgent):
         if not shortlist:
             return 0  # nothing legal to change: no question worth asking
         indices = [0, *shortlist]
+        indices = [indices[i] for i in neutral_order(len(indices), self.rng)]
         texts = [self.catalog.describe(i) for i in indices]
         state = describe_state(observation, self.layout)
         self.llm_calls += 1
@@ -128,4 +137,5 @@ def make_lac_agent(env: Any, cfg: Config) -> LACAgent:
                          "'smollm2', 'transformers' or 'openai'")
     backend = cast(LLMBackend, make_backend(cfg.llm))  # not None: "none" was refused above
     return LACAgent(env, backend, ActionCatalog.for_env(env), threshold=cfg.env.threshold,
-                    candidates=cfg.ace.candidates, alpha=cfg.ace.lac_alpha, reduction=cfg.llm.reduction)
+                    candidates=cfg.ace.candidates, alpha=cfg.ace.lac_alpha, reduction=cfg.llm.reduction,
+                    seed=cfg.train.seed)

@@ -14,13 +14,15 @@ Log-probabilities
   ``logprobs=True, top_logprobs=k``. A requested string's log-probability is the log of the total
   probability of the listed tokens that, stripped of whitespace, are non-empty prefixes of the string
   (and of no other requested string): ``"GOOD"``, ``" GOOD"`` and ``"GO"`` all count for "GOOD".
-  **Floor:** a string with no listed token gets the smallest listed log-probability, an upper bound of
-  its true value (the server lists the k most likely tokens).
+  **No floor:** a string with no listed token cannot be scored, and the call raises LLMError "malformed"
+  (counted by the caller) rather than give every unlisted string the same made-up value: a tie among
+  them would silently go to the first (an actor's label A). Raise ``llm.top_logprobs`` (at most 20) or
+  ask about fewer strings.
 * :meth:`OpenAIBackend.score_candidates` uses the completions endpoint with ``echo=True, logprobs=1``
   (method "echo": prompt text + " " + candidate, summing the log-probs of the tokens that overlap the
   candidate's characters) when the server supports it; otherwise (method "choice") it lists the candidates
   numbered 1..n in the chat prompt, asks for the number, and reads the first answer token's top
-  log-probabilities (missing numbers get the floor above). ``openai_scoring`` = "auto" tries echo first
+  log-probabilities (a missing number is "malformed", as above). ``openai_scoring`` = "auto" tries echo first
   and remembers when the server refuses it. The completions endpoint gets raw text: a message list is
   written as ``role: content`` lines followed by ``assistant:``.
 
@@ -292,8 +294,8 @@ class OpenAIBackend:
         Returns
         -------
         (k,) float64
-            Listed probability mass of each string's first token (see the module docstring); a string with
-            no listed token gets the floor, the smallest listed log-probability.
+            Listed probability mass of each string's first token (see the module docstring); LLMError
+            "malformed" when some string has no listed token.
         """
         messages = as_messages(prompt)
         targets = check_strings(tokens, "tokens")
@@ -305,7 +307,7 @@ class OpenAIBackend:
         def parse(response: Any) -> npt.NDArray[np.float64]:
             pairs = self._top_list(response)
             self._count_usage(response)
-            return _match_targets(pairs, targets)
+            return self._all_listed(_match_targets(pairs, targets), targets, pairs)
 
         return self._request("next_token_logprobs", self._chat(messages, **kwargs), parse)
 
@@ -412,16 +414,21 @@ class OpenAIBackend:
                 key = token.strip()
                 if key in numbers:
                     listed.setdefault(key, []).append(value)
-            if not listed:
-                raise self._error(
-                    f"no candidate number among the top log-probabilities {[t for t, _ in pairs]!r}", "malformed"
-                )
-            floor = min(v for _, v in pairs)
-            out = np.array([_logsumexp(listed[n]) if n in listed else floor for n in numbers], dtype=np.float64)
+            out = np.array([_logsumexp(listed[n]) if n in listed else np.nan for n in numbers], dtype=np.float64)
             self._count_usage(response)
+            self._all_listed(out, numbers, pairs)
             return CandidateScores(out, np.ones(len(items), dtype=np.int64), "choice", reduction)
 
         return self._request("score_candidates(choice)", self._chat(messages, **kwargs), parse)
+
+    def _all_listed(self, values: npt.NDArray[np.float64], targets: list[str],
+                    pairs: list[tuple[str, float]]) -> npt.NDArray[np.float64]:
+        """``values`` if every target was scored; else LLMError "malformed" naming the unlisted ones."""
+        missing = [t for t, v in zip(targets, values) if np.isnan(v)]
+        if missing:
+            raise self._error(f"{missing!r} not among the top {len(pairs)} log-probabilities {[t for t, _ in pairs]!r}: "
+                              "they cannot be scored (raise llm.top_logprobs, at most 20, or offer fewer)", "malformed")
+        return values
 
     # ------------------------------------------------------------------------------------------ LoRA
     def finetune(self, pairs: Sequence[tuple[Prompt, str]], **kwargs: Any) -> FinetuneStats:
@@ -438,8 +445,7 @@ class OpenAIBackend:
 
 
 def _match_targets(pairs: list[tuple[str, float]], targets: list[str]) -> npt.NDArray[np.float64]:
-    """Listed log-probability mass of each target's start; the floor (smallest listed) when none is listed."""
-    floor = min(v for _, v in pairs)
+    """Listed log-probability mass of each target's start; NaN when none is listed."""
     out = np.empty(len(targets), dtype=np.float64)
     for i, target in enumerate(targets):
         values = []
@@ -447,5 +453,5 @@ def _match_targets(pairs: list[tuple[str, float]], targets: list[str]) -> npt.ND
             key = token.strip()
             if key and target.startswith(key) and not any(o.startswith(key) for o in targets if o != target):
                 values.append(value)
-        out[i] = _logsumexp(values) if values else floor
+        out[i] = _logsumexp(values) if values else np.nan
     return out

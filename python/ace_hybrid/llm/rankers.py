@@ -1,21 +1,27 @@
-"""How the policy actor orders its shortlist: by the LLM, by LAC, by the SAC critic's Q, by one simulated step, or
-at random (``ace.ranker``).
+"""How the policy actor chooses among its shortlist: by the LLM, by LAC, by the SAC critic's Q, by one simulated
+step, or at random (``ace.ranker``).
 
-"Thinking twice" means the LLM reads what the simulator says: every candidate is simulated for one step
-(``obs.simulate``) and shown with its effect (max loading after, lines over their limit, lines disconnected). The
-LLM then answers with one *label* (A, B, C, ...) and its choice is read from the next-token log-probabilities of the
-labels, so the length of a candidate's text cannot bias it (scoring whole candidate texts did: per-token
-likelihoods preferred the longest texts, which were the critic's Q-best ones).
+The LLM sees a :class:`ChoiceProblem`: the state, the RL action and its outcome, the failed attempts, and the
+candidates, each under a letter and (``ace.show_effects``) with its simulated one-step effect. It answers with one
+*label* (A, B, C, ...), read from the labels' next-token log-probabilities, so the length of a candidate's text
+cannot bias it.
 
-The non-LLM rankers are the baselines the LLM must beat on the same candidates (``benchmarks/bench_actor.py``):
-``sim`` orders by the simulated max loading (the cheapest strong heuristic), ``q`` by the SAC critic, ``random``
-uniformly (seeded).
+Small models answer by position: the embedded SmolLM2-135M chose letter A on 120 of 120 problems whatever stood
+there. So candidates never reach a prompt in a meaningful order (the shortlist's heuristic order or the critic's Q
+order would turn a position prior into a heuristic): the actor shows them in a seeded shuffled order
+(:func:`neutral_order`) and maps the chosen label back to the candidate. A backend that cannot score every label
+raises :class:`LLMError`; ties between the best labels are broken at random, never towards A.
+
+The non-LLM rankers are the controls the LLM is measured against on the same candidates
+(``benchmarks/bench_actor.py``): ``sim`` takes the lowest simulated max loading (the cheapest strong heuristic),
+``q`` the SAC critic's best, ``random`` a uniformly random one (seeded).
 """
 
 from __future__ import annotations
 
 import string
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -24,22 +30,17 @@ from ace_hybrid.config import ACTOR_RANKERS
 from ace_hybrid.llm.backend import LLMBackend, LLMError
 from ace_hybrid.llm.lac import LACRanker
 
-__all__ = ["LLM_RANKERS", "RANKERS", "CandidateEffect", "Ranker", "describe_effect", "labelled_prompt",
-           "simulate_effects"]
+__all__ = ["LABELS", "LLM_RANKERS", "RANKERS", "CandidateEffect", "ChoiceProblem", "Ranker",
+           "describe_effect", "neutral_order", "simulate_effects"]
 
-RANKERS = tuple(r for r in ACTOR_RANKERS if r != "score")
-"""The rankers; ``ace.ranker`` also accepts "score", the 0.1 name of "llm"."""
+RANKERS = ACTOR_RANKERS
 LLM_RANKERS = ("llm", "lac")
 """Rankers that call the language model (each round is one call of the budget)."""
 LABELS = string.ascii_uppercase
 """One label token per candidate (at most 26 candidates)."""
 
-DOMAIN_PREFIX = (
-    "You are an expert power grid operator. Lines overheat when their loading (rho) passes 100% and are then "
-    "disconnected, which can cascade into a blackout. You can change which bus each element of a substation is "
-    "connected to, reconnect or disconnect a line, or do nothing. A good action brings every line well below 100% "
-    "and keeps the grid out of danger for as long as possible."
-)
+DOMAIN_PREFIX = ("You operate a power grid. A line loaded over 100% trips after a while, which can cascade into a "
+                 "blackout. Good actions bring every line well below 100%.")
 
 
 class CandidateEffect(NamedTuple):
@@ -72,44 +73,94 @@ def simulate_effects(obs: Any, actions: Sequence[Any]) -> list[CandidateEffect]:
 def describe_effect(e: CandidateEffect) -> str:
     """The simulated effect in a few words, for the prompt."""
     if e.failed:
-        return "simulated: the grid collapses or the action is refused"
-    return (f"simulated: max loading {100 * e.max_rho:.0f}%, {e.overloaded} line(s) over the limit, "
-            f"{e.disconnected} disconnected")
+        return "grid collapses or action refused"
+    return f"max {100 * e.max_rho:.0f}%, {e.overloaded} over, {e.disconnected} off"
 
 
-def labelled_prompt(state_text: str, rl_text: str, rl_outcome: str, failed: Sequence[tuple[str, str]],
-                    texts: Sequence[str], effects: Sequence[CandidateEffect]) -> list[dict[str, str]]:
-    """The actor's chat prompt: state, the RL action and its outcome, failed attempts, then each candidate with a
-    label and its simulated effect; the answer is one label."""
-    if len(texts) > len(LABELS):
-        raise ValueError(f"{len(texts)} candidates out of range [1, {len(LABELS)}]: one label letter each")
-    lines = [f"State: {state_text}", f"The operator played: {rl_text}. Outcome: {rl_outcome}."]
-    for text, outcome in failed:
-        lines.append(f"Also tried, not better: {text}. Outcome: {outcome}.")
-    lines.append("Candidate actions, each checked in a simulator for one step:")
-    lines += [f"{LABELS[i]}. {text} ({describe_effect(e)})" for i, (text, e) in enumerate(zip(texts, effects))]
-    lines.append("Which action keeps the grid safest? Answer with its letter only.")
-    return [{"role": "system", "content": DOMAIN_PREFIX}, {"role": "user", "content": "\n".join(lines)}]
+def neutral_order(n: int, rng: np.random.Generator) -> list[int]:
+    """A uniformly random order of ``n`` candidates: position k of the prompt shows candidate ``order[k]``."""
+    return [int(i) for i in rng.permutation(n)]
+
+
+@dataclass(frozen=True)
+class ChoiceProblem:
+    """One question to the actor's ranker: candidates in the order they are shown, under letters A, B, ...
+
+    ``effects`` are always known (the "sim" ranker reads them); ``show_effects`` says whether the prompt shows them
+    (the "reading" setting) or only the state and the candidates' texts (the "knowledge" setting).
+    """
+
+    state_text: str
+    rl_text: str
+    rl_outcome: str
+    texts: tuple[str, ...]
+    effects: tuple[CandidateEffect, ...]
+    failed: tuple[tuple[str, str], ...] = ()
+    """(text, outcome) of the attempts already validated and found no better."""
+    show_effects: bool = True
+
+    def __post_init__(self) -> None:
+        if not 1 <= len(self.texts) <= len(LABELS):
+            raise ValueError(f"{len(self.texts)} candidates out of range [1, {len(LABELS)}]: one label letter each")
+        if len(self.effects) != len(self.texts):
+            raise ValueError(f"{len(self.effects)} effects for {len(self.texts)} candidates: need one each")
+
+    @property
+    def labels(self) -> list[str]:
+        return list(LABELS[: len(self.texts)])
+
+    def prompt(self) -> list[dict[str, str]]:
+        """The chat prompt; the answer is one label."""
+        lines = [f"State: {self.state_text}", f"Played: {self.rl_text}. Outcome: {self.rl_outcome}."]
+        lines += [f"Also tried, not better: {text}. Outcome: {outcome}." for text, outcome in self.failed]
+        if self.show_effects:
+            lines.append("Options, each simulated one step:")
+            lines += [f"{LABELS[k]}. {t} | {describe_effect(e)}" for k, (t, e) in enumerate(zip(self.texts, self.effects))]
+        else:
+            lines.append("Options:")
+            lines += [f"{LABELS[k]}. {t}" for k, t in enumerate(self.texts)]
+        lines.append("Which option keeps the grid safest? Answer with its letter.")
+        return [{"role": "system", "content": DOMAIN_PREFIX}, {"role": "user", "content": "\n".join(lines)}]
+
+    def reordered(self, order: Sequence[int]) -> ChoiceProblem:
+        """The same problem with candidate ``order[k]`` shown at position k."""
+        if sorted(order) != list(range(len(self.texts))):
+            raise ValueError(f"order = {list(order)} is not a permutation of range({len(self.texts)})")
+        return ChoiceProblem(self.state_text, self.rl_text, self.rl_outcome, tuple(self.texts[i] for i in order),
+                             tuple(self.effects[i] for i in order), self.failed, self.show_effects)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain values only (checkpoints are read with ``torch.load(weights_only=True)``)."""
+        return {"state_text": self.state_text, "rl_text": self.rl_text, "rl_outcome": self.rl_outcome,
+                "texts": list(self.texts), "effects": [list(e) for e in self.effects],
+                "failed": [list(f) for f in self.failed], "show_effects": self.show_effects}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ChoiceProblem:
+        effects = tuple(CandidateEffect(float(e[0]), int(e[1]), int(e[2]), bool(e[3])) for e in d["effects"])
+        return cls(d["state_text"], d["rl_text"], d["rl_outcome"], tuple(d["texts"]), effects,
+                   tuple((str(t), str(o)) for t, o in d["failed"]), bool(d["show_effects"]))
 
 
 class Ranker:
-    """Chooses one of the actor's candidates by the configured rule (see the module docstring).
+    """Chooses one candidate of a :class:`ChoiceProblem` by the configured rule (see the module docstring).
 
     Parameters
     ----------
     kind
-        One of :data:`RANKERS` ("score" is read as "llm").
+        One of :data:`RANKERS`.
     backend
         The language model (required by "llm" and "lac").
     lac_alpha
         LAC's critic weight.
     seed
-        Seed of the "random" ranker's generator.
+        Seed of the "random" ranker and of tie-breaking.
     """
 
     def __init__(self, kind: str, backend: LLMBackend | None = None, *, lac_alpha: float = 1.0,
                  seed: int = 0) -> None:
-        kind = "llm" if kind == "score" else kind
+        if kind == "score":
+            raise ValueError("ranker = 'score' was renamed: use 'llm'")
         if kind not in RANKERS:
             raise ValueError(f"ranker = {kind!r} is invalid; valid: {' | '.join(repr(k) for k in RANKERS)}")
         if kind in LLM_RANKERS and backend is None:
@@ -122,21 +173,39 @@ class Ranker:
     def uses_llm(self) -> bool:
         return self.kind in LLM_RANKERS
 
-    def choose(self, prompt: list[dict[str, str]], state_text: str, texts: Sequence[str],
-               effects: Sequence[CandidateEffect], q: Sequence[float]) -> int:
-        """Index into ``texts`` of the chosen candidate (``q``: the critic's values of the candidates)."""
-        n = len(texts)
+    def choose(self, problem: ChoiceProblem, q: Sequence[float] = ()) -> int:
+        """Position in ``problem`` of the chosen candidate (its label is ``LABELS[position]``; ``q``: the critic's
+        values of the candidates in the problem's order, for the "q" ranker)."""
+        n = len(problem.texts)
         if self.kind == "sim":
-            return int(np.argmin([e.max_rho for e in effects]))
+            return self._best(-np.array([e.max_rho for e in problem.effects]))
         if self.kind == "q":
-            return int(np.argmax(np.nan_to_num(np.asarray(q, dtype=np.float64), nan=-np.inf)))
+            values = np.asarray(q, dtype=np.float64)
+            if values.shape != (n,):
+                raise ValueError(f"q has shape {values.shape}; the 'q' ranker needs one value per candidate ({n})")
+            return self._best(np.nan_to_num(values, nan=-np.inf))
         if self.kind == "random":
             return int(self.rng.integers(n))
-        if self.lac is not None:  # the same simulated effects as the LLM's prompt, in each judged action's text
-            return self.lac.best(state_text, [f"{t} ({describe_effect(e)})" for t, e in zip(texts, effects)])
+        if self.lac is not None:
+            texts = [f"{t} ({describe_effect(e)})" if problem.show_effects else t
+                     for t, e in zip(problem.texts, problem.effects)]
+            ranking = self.lac.rank(problem.state_text, texts)
+            return self._best(ranking.probs)
         assert self.backend is not None
-        logp = np.asarray(self.backend.next_token_logprobs(prompt, list(LABELS[:n])), dtype=np.float64)
+        return self._best(self.label_logprobs(problem))
+
+    def label_logprobs(self, problem: ChoiceProblem) -> np.ndarray:
+        """(n,) log P(label k | prompt) from the backend; LLMError ("malformed") unless every label got a finite
+        score."""
+        assert self.backend is not None
+        n = len(problem.texts)
+        logp = np.asarray(self.backend.next_token_logprobs(problem.prompt(), problem.labels), dtype=np.float64)
         if logp.shape != (n,) or not np.all(np.isfinite(logp)):
             raise LLMError(f"label log-probabilities {logp!r} are not {n} finite numbers",
                            backend=getattr(self.backend, "name", "?"), kind="malformed")
-        return int(np.argmax(logp))
+        return logp
+
+    def _best(self, scores: np.ndarray) -> int:
+        """Index of the highest score; ties broken at random (never by position)."""
+        top = np.flatnonzero(scores == scores.max())
+        return int(top[0]) if top.size == 1 else int(self.rng.choice(top))

@@ -238,8 +238,8 @@ class LLMInLoop:
                 self.backend, run.actions, LineEndpoints.from_env(run.env), reward_fn=run.step_reward,
                 threshold=cfg.env.threshold, candidates=ace.candidates, max_rounds=ace.max_rounds,
                 validation_steps=ace.validation_steps, min_improvement=ace.min_improvement,
-                min_rho_drop=ace.min_rho_drop, ranker=ace.ranker,
-                lac_alpha=ace.lac_alpha, seed=cfg.train.seed + k) for k in range(threads)]
+                min_rho_drop=ace.min_rho_drop, ranker=ace.ranker, lac_alpha=ace.lac_alpha,
+                show_effects=ace.show_effects, seed=cfg.train.seed + k) for k in range(threads)]
         self.actor = self.actors[0] if self.actors else None
         self.stats = ActorStats()
         """The actor's counters over the run, as committed (what checkpoints save)."""
@@ -254,7 +254,8 @@ class LLMInLoop:
         self.coevo = None
         if ace.coevolve and self.actor is not None:
             self.coevo = CoEvolution(self.backend, every=ace.finetune_every, n_pairs=ace.finetune_pairs,
-                                     adapter_dir=run.dir / "adapters", probe_size=ace.probe_size)
+                                     adapter_dir=run.dir / "adapters", probe_size=ace.probe_size,
+                                     orders=ace.sft_orders, seed=cfg.train.seed)
         if self.coevo is not None and self.coevo.disabled:
             log.warning("co-evolution is off for this run: %s", self.coevo.disabled)
         if threads > 1 and self.coevo is not None and self.coevo.disabled is None:
@@ -503,7 +504,7 @@ class LLMInLoop:
         describe = run.actions.describe
         line = {"env_steps": run.counters.env_steps, "episode": item.episode, "decision": item.decision,
                 "reward": item.reward, "max_rho": item.max_rho, "blackout": item.blackout, "ranker": self.ace.ranker,
-                "rl_action": describe(item.action), "rounds": ref.rounds, "calls": ref.calls,
+                "rl_action": describe(item.action), "rounds": ref.rounds, "calls": ref.calls, "positions": ref.positions,
                 "accepted": ref.accepted, "error": ref.error,
                 "baseline_reward": ref.baseline.reward if ref.baseline is not None else None}
         if ref.accepted:
@@ -573,8 +574,7 @@ class LLMInLoop:
             return self.coevo.state_dict()
         # A fine-tuning round is in flight on the worker: the state from before it, plus what waits for it.
         state = dict(self._coevo_before)
-        held = [{"prompt": ref.prompt, "answer": ref.answer, "improvement": float(ref.improvement),
-                 "handle": int(handle)} for ref, handle in self._held_records]  # as CoEvolution.record keeps them
+        held = [CoEvolution.as_record(ref, handle) for ref, handle in self._held_records]
         state["records"] = [*state["records"], *held]
         state["since_last"] += len(held)
         return state
@@ -644,4 +644,5 @@ def _coevo_metrics(entry: dict[str, Any]) -> dict[str, float]:
     for when in ("probe_before", "probe_after"):
         if when in entry:
             out[f"coevo/{when}_acceptance"] = float(entry[when]["acceptance"])
+            out[f"coevo/{when}_top_position_share"] = float(entry[when]["top_position_share"])
     return out
