@@ -1,20 +1,32 @@
-"""Does co-evolution help? The LLM's first choice on held-out bad transitions before and after one LoRA round.
+"""Can co-evolution teach the embedded model? A learning curve of LoRA fine-tuning on pairs that carry content.
 
-Run:  PYTHONPATH=python python benchmarks/bench_coevolution.py [--backend smollm2] [--epochs 2] [--rank 8]
-          [--output benchmarks/RESULTS.md]
+Run:  PYTHONPATH=python python benchmarks/bench_coevolution.py --setting reading --split held-out
+          [--pairs 0,100,300,1000] [--rank 16] [--lr 5e-4] [--epochs 1] [--orders 2] [--eval-orders 2]
+          [--backend smollm2] [--out runs/coevolution] [--output benchmarks/RESULTS.md]
 
-ACE fine-tunes the LLM on its own accepted refinements (prompt -> the letter of the accepted candidate). Here, on a
-fixed problem set (built like benchmarks/bench_actor.py's, saved in benchmarks/data/coevolution_problems.json), the
-problems of a third of the episodes are the *training* problems: the LLM ranker refines them (up to 5 rounds,
-validated in the simulator) and its accepted refinements become the LoRA pairs. The problems of the other episodes are
-*held out* (never refined, never trained on): the LLM's first choice on each is validated before and after the
-round. Reported: first-choice accept rate before, after, and the paired difference, with 95% bootstrap intervals
-over the held-out problems; the random ranker's exact expectation on the same problems for scale.
+The simulator labels as many problems as wanted offline: every bad transition with its validated candidates has a
+known best (:mod:`actor_problems`). The set (``benchmarks/data/coevolution_problems.json.gz``, built with
+``--build``) holds bad transitions of two grids, split by episode: held-out (episode seeds ending in 0 or 1), dev
+(ending in 2; for choosing rank, epochs and learning rate) and training (the rest); no episode is in two splits.
+
+One LoRA training runs over the training problems in a fixed shuffled order and is evaluated after the first 0,
+100, 300, 1,000, ... of them (each chunk trained ``--epochs`` passes, the adapter carried on, as co-evolution's
+rounds do). A problem becomes ``--orders`` pairs (:func:`ace_hybrid.llm.coevolution.content_pairs`): its best
+candidate's letter spread evenly over the positions, so only content can be learnt. The evaluation is the model's
+position-controlled first choice on the evaluation split (each problem under ``--eval-orders`` seeded shuffled
+orders, the same at every point): the share the simulator accepts, beside the controls that read only positions
+(the best of them is what the model must beat, paired, with a 95% bootstrap interval over problems) and the
+positions it chose. ``--setting reading`` shows each candidate's simulated one-step effect; ``knowledge`` shows only
+the state and the candidates' texts.
+
+Everything is kept in ``--out``/<name>: ``curve.json`` (each point's per-problem results, appended as it is
+measured) and the adapter after each point; run the same command again to resume after an interruption.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -23,95 +35,215 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_actor as ba  # noqa: E402
+import actor_problems as ap  # noqa: E402
 from compare_peers import markdown_table, update_markdown  # noqa: E402
 
-DEFAULT_PROBLEMS = ba.ROOT / "benchmarks" / "data" / "coevolution_problems.json"
+DEFAULT_PROBLEMS = ap.ROOT / "benchmarks" / "data" / "coevolution_problems.json.gz"
+FIRST_EPISODE = 10_000
+"""Episodes of this set start here: none is an episode of benchmarks/data/actor_problems.json."""
+SPLITS = ("train", "dev", "held-out")
 
 
-def split(problems: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(training, held-out) by episode seed: seeds divisible by 3 train, the others are held out (no episode in
-    both; 91 / 179 of the saved 270 problems: the held-out side needs >= 130 to see a ~10-point change)."""
-    train = [p for p in problems if p["seed"] % 3 == 0]
-    held = [p for p in problems if p["seed"] % 3]
-    return train, held
+def split_of(problem: dict[str, Any]) -> str:
+    """held-out: episode seeds ending in 0 or 1; dev: ending in 2; train: the rest (whole episodes each)."""
+    last = problem["seed"] % 10
+    return "held-out" if last in (0, 1) else "dev" if last == 2 else "train"
 
 
-def refine_all(problems: list[dict[str, Any]], backend: Any, rounds: int) -> list[Any]:
-    """The LLM ranker's refinement of every problem (the Refinement objects, for their prompts and answers)."""
-    from tqdm.auto import tqdm
+def training_stream(problems: list[dict[str, Any]], seed: int) -> list[dict[str, Any]]:
+    """The training split's problems that have a best candidate, in a fixed shuffled order (grids interleaved)."""
+    train = [p for p in problems if split_of(p) == "train" and ap.best_candidate(p) is not None]
+    return [train[i] for i in np.random.default_rng(seed).permutation(len(train))]
 
-    from ace_hybrid.grid.catalog import ActionCatalog
-    from ace_hybrid.grid.env import make_env
 
-    out, envs = [], {}
-    for problem in tqdm(problems, desc=f"refine ({rounds} round(s))", unit="problem"):
-        if problem["env"] not in envs:
-            env = make_env(problem["env"], seed=0)
-            catalog = ActionCatalog.for_env(env)
-            envs[problem["env"]] = (env, catalog, ba._actor(env, catalog, "llm", backend))
-        env, catalog, actor = envs[problem["env"]]
-        snapshot, obs = ba.reproduce(env, catalog, problem)
-        try:
-            out.append(actor.refine(snapshot, obs, problem["rl_action"], shortlist=problem["candidates"],
-                                    max_rounds=rounds))
-        finally:
-            snapshot.close()
-    for env, _, _ in envs.values():
-        env.close()
-    return out
+def evaluate(backend: Any, problems: list[dict[str, Any]], orders: int, show_effects: bool) -> dict[str, Any]:
+    """The model's position-controlled first choices on ``problems`` (per problem: the chosen candidates and
+    positions under each order) and the seconds it took."""
+    from ace_hybrid.llm.rankers import Ranker
+
+    started = time.perf_counter()
+    chosen, position = ap.first_choices(Ranker("llm", backend), problems, orders, show_effects=show_effects,
+                                        desc="evaluate")
+    return {"chosen": chosen.tolist(), "position": position.tolist(), "seconds": time.perf_counter() - started}
+
+
+def prompt_tokens(backend: Any, problems: list[dict[str, Any]], show_effects: bool) -> float:
+    """Mean prompt length in tokens (what a fine-tuning step and a call cost grows with)."""
+    return float(np.mean([len(backend.render(ap.choice_problem(p, show_effects).prompt())) for p in problems[:50]]))
+
+
+def run_curve(args: argparse.Namespace, problems: list[dict[str, Any]], out: Path) -> dict[str, Any]:
+    """Train and evaluate point by point, resuming from ``out``/curve.json; returns the curve."""
+    from ace_hybrid.llm.coevolution import content_pairs
+
+    show = args.setting == "reading"
+    stream = training_stream(problems, args.seed)
+    evaluation = [p for p in problems if split_of(p) == args.split][: args.eval_limit or None]
+    points = [int(x) for x in args.pairs.split(",")]
+    if points != sorted(set(points)) or points[0] < 0 or points[-1] > len(stream):
+        raise SystemExit(f"--pairs {args.pairs}: increasing counts in [0, {len(stream)}] (training problems)")
+    path = out / "curve.json"
+    curve = json.loads(path.read_text()) if path.is_file() else {"config": vars(args) | {"out": str(out)},
+                                                                  "points": []}
+    backend = make_backend(args)
+    done = [p["pairs"] for p in curve["points"]]
+    if done:
+        if done != points[: len(done)]:
+            raise SystemExit(f"{path} holds points {done}, not a start of --pairs {points}: use another --out")
+        if done[-1] > 0:
+            backend.load_adapter(out / f"adapter-{done[-1]}")
+    curve["prompt_tokens"] = prompt_tokens(backend, evaluation, show)
+    previous = done[-1] if done else 0
+    for n in points[len(done):]:
+        entry: dict[str, Any] = {"pairs": n, "finetune_seconds": 0.0, "steps": 0, "losses": []}
+        if n > previous:
+            chunk = [(ap.choice_problem(p, show), ap.best_candidate(p)) for p in stream[previous:n]]
+            pairs = content_pairs(chunk, args.orders, args.seed + n)
+            stats = backend.finetune(pairs, rank=args.rank, alpha=2.0 * args.rank, lr=args.lr, epochs=args.epochs,
+                                     batch_size=args.batch_size)
+            backend.save_adapter(out / f"adapter-{n}")
+            entry.update(finetune_seconds=stats.seconds, steps=stats.steps, losses=list(stats.losses))
+        entry.update(evaluate(backend, evaluation, args.eval_orders, show))
+        curve["points"].append(entry)
+        path.write_text(json.dumps(curve))
+        print(f"{n} problems: first choice accepted {np.mean(ap.good_rate(evaluation, np.array(entry['chosen']))):.3f}"
+              f" ({entry['finetune_seconds']:.0f} s fine-tuning, {entry['seconds']:.0f} s evaluation)", flush=True)
+        previous = n
+    curve["evaluation"] = [(p["env"], p["scenario"], p["seed"], len(p["prefix"])) for p in evaluation]
+    return curve
+
+
+def make_backend(args: argparse.Namespace) -> Any:
+    """The model to fine-tune: micro-batches of whole steps without activation checkpointing (the prompts are
+    short), LoRA on ``--lora-modules``."""
+    from ace_hybrid.config import LLMConfig
+    from ace_hybrid.llm import make_backend as build
+
+    modules = tuple(m for m in args.lora_modules.split(",") if m)
+    kind, _, path = args.backend.partition(":")
+    cfg = LLMConfig(backend=kind, model_path=path or None, lora_micro_batch=args.batch_size,
+                    lora_checkpointing=False, lora_target_modules=modules, seed=args.seed)
+    return build(cfg)
+
+
+def report(curve: dict[str, Any], problems: list[dict[str, Any]]) -> str:
+    """The curve as a table: each point's first-choice rate, its paired difference to the best position-only
+    control, the most chosen position and the fine-tuning time."""
+    keys = {(p["env"], p["scenario"], p["seed"], len(p["prefix"])): p for p in problems}
+    evaluation = [keys[tuple(k)] for k in curve["evaluation"]]
+    controls = ap.position_controls(evaluation)
+    best_name = max(controls, key=lambda k: controls[k].mean())
+    from ace_hybrid.llm.rankers import Ranker
+
+    sim, _ = ap.first_choices(Ranker("sim"), evaluation, 1, desc="sim")
+    rows = [[f"control: {name}", ap.ci(v), "", "", ""] for name, v in controls.items()]
+    rows.append(["reference: simulation ranker (lowest simulated loading)", ap.ci(ap.good_rate(evaluation, sim)),
+                 "", "", ""])
+    n = min(len(p["good"]) for p in evaluation)
+    total = 0.0
+    for point in curve["points"]:
+        rate = ap.good_rate(evaluation, np.array(point["chosen"]))
+        top, _ = ap.spread(np.array(point["position"]), n)
+        total += point["finetune_seconds"]
+        rows.append([f"LLM after {point['pairs']:,} training problems", ap.ci(rate),
+                     ap.diff_ci(rate - controls[best_name]), f"{100 * top:.0f}%", f"{total / 60:.0f} min"])
+    return markdown_table(["first choice on the evaluation split", "accepted by the simulator",
+                           f"− best position-only control ({best_name}), paired", "most chosen position",
+                           "fine-tuning so far"], rows)
+
+
+def plot(curves: dict[str, dict[str, Any]], problems: list[dict[str, Any]], path: Path) -> None:
+    """First-choice rate against training problems, a 95% band per setting, the best position-only control."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = {(p["env"], p["scenario"], p["seed"], len(p["prefix"])): p for p in problems}
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for label, curve in curves.items():
+        evaluation = [keys[tuple(k)] for k in curve["evaluation"]]
+        xs = [max(pt["pairs"], 10) for pt in curve["points"]]
+        stats = [ap.bootstrap(ap.good_rate(evaluation, np.array(pt["chosen"]))) for pt in curve["points"]]
+        ax.plot(xs, [100 * s[0] for s in stats], marker="o", label=f"SmolLM2, {label}")
+        ax.fill_between(xs, [100 * s[1] for s in stats], [100 * s[2] for s in stats], alpha=0.2)
+        controls = ap.position_controls(evaluation)
+        best = max(controls.values(), key=lambda v: v.mean())
+        ax.axhline(100 * best.mean(), color="grey", linestyle="--", linewidth=1)
+    ax.set_xscale("log")
+    ax.set_xlabel("training problems (log scale; 0 drawn at 10)")
+    ax.set_ylabel("first choice accepted by the simulator (%)")
+    ax.set_title("Co-evolution's LoRA fine-tuning on content pairs (dashed: best position-only control)",
+                 fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--backend", default="smollm2", help="smollm2 | transformers:PATH (a server cannot be tuned)")
     p.add_argument("--problems", type=Path, default=DEFAULT_PROBLEMS)
-    p.add_argument("--per-env", type=int, default=140, help="problems per grid when building (default 140)")
-    p.add_argument("--build", action="store_true")
-    p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--rank", type=int, default=8)
-    p.add_argument("--lr", type=float, default=2e-4)
-    p.add_argument("--limit", type=int, default=0, help="use only the first N problems of each split (0: all)")
-    p.add_argument("--train", type=int, default=0, help="refine only the first N training problems (0: all)")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--output", type=Path)
+    p.add_argument("--build", action="store_true", help="build the problem set (--per-env per grid)")
+    p.add_argument("--per-env", type=int, default=1200)
+    p.add_argument("--envs", default=",".join(ap.ENVS))
+    p.add_argument("--setting", choices=("reading", "knowledge"), default="reading")
+    p.add_argument("--split", choices=("dev", "held-out"), default="dev", help="what the curve is evaluated on")
+    p.add_argument("--eval-limit", type=int, default=0, help="evaluate on the first N problems of the split (0: all)")
+    p.add_argument("--pairs", default="0,100,300,1000", help="training problems seen at each point")
+    p.add_argument("--orders", type=int, default=2, help="pairs per training problem (letters spread evenly)")
+    p.add_argument("--eval-orders", type=int, default=2, help="shuffled orders per evaluation problem")
+    p.add_argument("--rank", type=int, default=16)
+    p.add_argument("--lr", type=float, default=5e-4)
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--lora-modules", default="", help="comma-separated (default: peft's for the model)")
+    p.add_argument("--threads", type=int, default=2, help="torch threads")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, default=Path("runs/coevolution"), help="parent of this curve's folder")
+    p.add_argument("--name", default="", help="this curve's folder (default: from the settings)")
+    p.add_argument("--plot", default="", help="comma-separated curve folders to draw into --figure, then exit")
+    p.add_argument("--figure", type=Path, default=Path("benchmarks/data/coevolution_curve.png"))
+    p.add_argument("--output", type=Path, help="markdown file whose 'coevolution' section to write")
     args = p.parse_args(argv)
     if args.backend.startswith("openai"):
         p.error("--backend openai: a server cannot be fine-tuned here")
     import torch
 
-    torch.set_num_threads(1)
-    problems = ba.load_problems(args.problems, args.per_env, args.seed, args.build)
-    train, held = split(problems)
-    if args.limit:
-        train, held = train[: args.limit], held[: args.limit]
-    if args.train:
-        train = train[: args.train]
-    backend = ba.make_llm(args.backend)
-    started = time.perf_counter()
-    refinements = refine_all(train, backend, 5)
-    pairs = [(r.prompt, r.answer) for r in refinements if r.accepted]
-    before = refine_all(held, backend, 1)
-    stats = backend.finetune(pairs, rank=args.rank, lr=args.lr, epochs=args.epochs)
-    after = refine_all(held, backend, 1)
-    b = np.array([r.accepted for r in before], dtype=np.float64)
-    a = np.array([r.accepted for r in after], dtype=np.float64)
-    exp = np.array([ba.expected_random(q, 1)[0] for q in held])
-    rows = [["random (exact expectation)", ba._ci(exp)], ["LLM before the LoRA round", ba._ci(b)],
-            ["LLM after the LoRA round", ba._ci(a)], ["after - before (paired)", ba._ci(a - b)]]
+    torch.set_num_threads(args.threads)
+    envs = tuple(e.strip() for e in args.envs.split(",") if e.strip())
+    if args.build:
+        problems = ap.build_set(args.problems, args.per_env, args.seed + 11, envs, FIRST_EPISODE)
+    else:
+        problems = ap.load_problems(args.problems, args.per_env, args.seed + 11, False, envs)
+    if args.plot:
+        folders = [Path(x) for x in args.plot.split(",")]
+        plot({json.loads((f / "curve.json").read_text())["config"]["setting"]: json.loads(
+            (f / "curve.json").read_text()) for f in folders}, problems, args.figure)
+        print(f"wrote {args.figure}")
+        return 0
+    name = args.name or (f"{args.setting}-{args.split}-r{args.rank}-lr{args.lr:g}-e{args.epochs}-o{args.orders}"
+                         f"{'-' + args.lora_modules.replace(',', '+') if args.lora_modules else ''}")
+    out = args.out / name
+    out.mkdir(parents=True, exist_ok=True)
+    curve = run_curve(args, problems, out)
+    counts = {s: sum(split_of(q) == s for q in problems) for s in SPLITS}
     cmd = "PYTHONPATH=python python benchmarks/bench_coevolution.py " + " ".join(
         argv if argv is not None else sys.argv[1:])
     text = "\n".join([
-        "### Co-evolution: one LoRA round on the LLM's own accepted refinements", "",
-        f"Command: `{cmd.strip()}` (torch threads 1)", "",
-        f"{len(train)} training problems refined by the LLM ranker ({len(pairs)} accepted -> {len(pairs)} LoRA pairs, "
-        f"rank {args.rank}, {args.epochs} epoch(s), lr {args.lr:g}; loss {stats.losses[0]:.3f} -> "
-        f"{stats.losses[-1]:.3f}); first-choice accept rate on {len(held)} held-out problems (other episodes), "
-        f"95% bootstrap intervals; {time.perf_counter() - started:.0f} s in all.", "",
-        markdown_table(["first choice on held-out problems", "accept rate"], rows), ""])
+        f"### Co-evolution's learning curve ({args.setting}, evaluated on the {args.split} split)", "",
+        f"Command: `{cmd.strip()}` (torch threads {args.threads})", "",
+        f"{len(problems)} labelled bad transitions of {', '.join(envs)} (train {counts['train']}, dev {counts['dev']}, "
+        f"held-out {counts['held-out']}; whole episodes per split), 8 candidates each; evaluation on "
+        f"{len(curve['evaluation'])} problems x {args.eval_orders} shuffled orders; LoRA rank {args.rank}, lr "
+        f"{args.lr:g}, {args.epochs} epoch(s) per chunk, {args.orders} pairs per training problem, batch "
+        f"{args.batch_size}; prompts of {curve['prompt_tokens']:.0f} tokens on average. Intervals: 95% bootstrap "
+        "over problems.", "", report(curve, problems), ""])
     print(text)
+    (out / "report.md").write_text(text)
     if args.output:
-        update_markdown(args.output, "coevolution", text)
+        update_markdown(args.output, f"coevolution-{args.setting}", text)
     return 0
 
 
