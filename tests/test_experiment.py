@@ -209,7 +209,7 @@ def test_a_missing_sibling_cell_reuses_the_training_of_the_other(finished, tmp_p
     def no_training(*args, **kwargs):
         raise AssertionError("the run was trained again")
 
-    monkeypatch.setattr(ex, "train_cell", no_training)
+    monkeypatch.setattr(ex.cells, "train_cell", no_training)
     result = ex.run_experiment(ex.load_experiment(path, rows=["sac-only-alone"], seeds=[1]), copy, progress=False)
     assert result["ran"] == ["sac-only-alone-seed1"]
     assert result["cells"][0]["train"] == json.loads((copy / "cells" / "sac-only-top2-seed1.json").read_text())["train"]
