@@ -16,11 +16,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ace_hybrid.agents import make_agent
 from ace_hybrid.config import Config
 from ace_hybrid.experiment.metrics import episode_metrics
 from ace_hybrid.experiment.spec import ExperimentSpec, RowSpec
-from ace_hybrid.grid.evaluation import evaluate
 
 
 def cell_id(row: RowSpec, seed: int | None) -> str:
@@ -75,6 +73,8 @@ def tutor_agent(env: Any, cfg: Config) -> Any:
 
 def baseline_agent(kind: str, env: Any, cfg: Config, greedy_budget: int) -> Any:
     """The agent of a baseline row, under the configuration's danger threshold."""
+    from ace_hybrid.agents import make_agent
+
     if kind == "tutor":
         return tutor_agent(env, cfg)
     spec = {"donothing": "do-nothing", "reco": "reco", "greedy": "greedy", "llm_lac": "lac"}[kind]
@@ -121,6 +121,10 @@ def run_cell(spec: ExperimentSpec, row: RowSpec, seed: int | None, cfg: Config, 
     ``trained`` maps (run directory, training fingerprint) to a cell that already trained that run (a row of the
     same ``deploy_topk``): its training is reused, not resumed.
     """
+    # grid2op: imported when a cell runs, so that reading results.json (ace-hybrid report) needs no grid extra
+    from ace_hybrid.agents import make_agent
+    from ace_hybrid.grid.evaluation import evaluate
+
     started = time.time()
     train_info: dict[str, Any] | None = None
     run_rel = None
