@@ -44,11 +44,11 @@ test_max_steps = 25
 
 [[rows]]
 name = "DoNothing"
-kind = "donothing"
+kind = "do-nothing"
 
 [[rows]]
 name = "SAC-only"
-kind = "sac_only"
+kind = "sac-only"
 deploy_topk = [0, 2]
 """)
     out = base / "out"
@@ -144,7 +144,7 @@ def test_report_claims_a_difference_only_when_the_paired_interval_excludes_zero(
     greedy = row("greedy", "greedy", [50] * 16)
     # 16 pairs: ACE survives longer on 13, shorter on 3 -> separated; SAC on 9 of 16, by the same margins -> not.
     ace = row("ace", "ace", [90] * 13 + [40] * 3, seeds=[0])
-    sac = row("sac", "sac_only", [90] * 9 + [10] * 7, seeds=[0])
+    sac = row("sac", "sac-only", [90] * 9 + [10] * 7, seeds=[0])
     results = results_of(greedy, sac, ace)
     by_pair = {(c["a"], c["b"]): c for c in results["comparisons"]}
     separated, overlapping = by_pair[("ace", "greedy")], by_pair[("sac", "greedy")]
@@ -172,7 +172,7 @@ def test_comparison_with_the_paper_follows_the_claim_rule() -> None:
     assert "ace vs greedy: ace survives longer, 80.6% vs 50.0%, +30.6 points [" in text
     assert "300 LLM calls, 40 accepted" in text and "ace: 2.00 s per episode" in text
     assert "SmolLM2-135M-Instruct" in text and "5,000 environment steps" in text
-    guided = dict(row("eg", "sac_only", [40] * 3 + [90] * 13, seeds=[0]), expert_guided=True)  # same, other pairs
+    guided = row("eg", "expert-guided", [40] * 3 + [90] * 13, seeds=[0])  # the same, on other pairs
     text = paper_comparison(results_of(greedy, guided, ace))
     assert "(ours: expert-guided RL) | ACE improves on it | ace vs eg: not distinguishable, " in text
     assert "improves on the greedy" not in text and "is worse than" not in text

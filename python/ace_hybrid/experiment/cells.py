@@ -77,8 +77,7 @@ def baseline_agent(kind: str, env: Any, cfg: Config, greedy_budget: int) -> Any:
 
     if kind == "tutor":
         return tutor_agent(env, cfg)
-    spec = {"donothing": "do-nothing", "reco": "reco", "greedy": "greedy", "llm_lac": "lac"}[kind]
-    return make_agent(spec, env, budget=greedy_budget, cfg=cfg)
+    return make_agent(kind, env, budget=greedy_budget, cfg=cfg)  # the kinds of baselines are make_agent's names
 
 
 def train_cell(cfg: Config, run_dir: Path) -> tuple[dict[str, Any], bool]:

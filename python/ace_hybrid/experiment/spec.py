@@ -5,7 +5,7 @@ An experiment file (TOML) names the environment configuration, the held-out test
     name = "make_run"
     config = "../configs/l2rpn_neurips_2020_track1.toml"  # relative to this file; its eval_pairs select best.pt
     set = ["train.total_env_steps=5000"]                  # overrides applied to every row
-    ace_set = ["llm.backend=smollm2"]                     # overrides of the LLM rows (ace, llm_lac)
+    ace_set = ["llm.backend=smollm2"]                     # overrides of the LLM rows (ace, lac)
     seeds = [0, 1, 2]                                     # train.seed (and llm.seed) of the training rows
     test_pairs = [[0, 100], [1, 101]]                     # held-out (scenario, seed): never env.eval_pairs
     test_max_steps = 0                                    # cut test episodes (0: full length)
@@ -13,15 +13,19 @@ An experiment file (TOML) names the environment configuration, the held-out test
 
     [[rows]]
     name = "ACE w/o actor"   # display name
-    kind = "ace"             # donothing | reco | greedy | tutor | llm_lac | sac_only | ace
+    kind = "ace"             # do-nothing | reco | greedy | tutor | lac | sac-only | expert-guided | ace
     id = "ace-no-actor"      # file name of its cells (default: the name, lowercased, '-' for other characters)
     set = ["ace.actor=false"]
     deploy_topk = [0, 8]     # training rows only: one table row per value, all from the same training
 
 A row's configuration is: the config file, then ``set``, then ``ace_set`` (LLM rows), then the command line's
-``--set``, then the row's ``set``, then what its kind fixes (``llm.backend=none`` for sac_only), then
-``train.seed = llm.seed = seed``. Every row's configuration is built and validated before anything runs, so a bad
-key fails at once with its name.
+``--set``, then the row's ``set``, then what its kind fixes (``llm.backend=none`` for sac-only and expert-guided),
+then ``train.seed = llm.seed = seed``. Every row's configuration is built and validated before anything runs, so a
+bad key fails at once with its name, and a kind that does not match its configuration (an expert-guided row without
+``train.tutor_steps``, a sac-only row with them, an ace row without an LLM) fails naming the row.
+
+Kinds are spelled as the command line's agents are (lowercase, hyphenated); a spelling of the unreleased 0.1.0
+(``donothing``, ``llm_lac``, ``sac_only``) is an error that names the new one.
 
 ``deploy_topk``. A training row with ``deploy_topk = [0, 8]`` becomes two table rows, "NAME (policy alone)" (id
 ``ID-alone``: the policy's most likely legal action; "A (B, policy alone)" for a name "A (B)") and "NAME + top-8
@@ -42,15 +46,20 @@ from typing import Any, Sequence
 
 from ace_hybrid.config import Config, load_config, read_toml
 
-BASELINE_KINDS: tuple[str, ...] = ("donothing", "reco", "greedy", "tutor", "llm_lac")
-"""Rows that only test a fixed agent. "greedy" is the greedy expert over the whole catalog with the file's
-``greedy_budget`` simulations per decision; "tutor" is expert-guided RL's tutor acting alone: the greedy expert over
-the row's action set (``env.action_set``) with ``train.tutor_budget`` simulations per decision."""
-TRAINING_KINDS: tuple[str, ...] = ("sac_only", "ace")
-"""Rows that train (SAC alone, or ACE with its LLM roles) and then test best.pt."""
+BASELINE_KINDS: tuple[str, ...] = ("do-nothing", "reco", "greedy", "tutor", "lac")
+"""Rows that only test a fixed agent (:func:`ace_hybrid.agents.make_agent`'s names, and "tutor"). "greedy" is the
+greedy expert over the whole catalog with the file's ``greedy_budget`` simulations per decision; "tutor" is
+expert-guided RL's tutor acting alone: the greedy expert over the row's action set (``env.action_set``) with
+``train.tutor_budget`` simulations per decision; "lac" is the LLM-only LAC agent."""
+TRAINING_KINDS: tuple[str, ...] = ("sac-only", "expert-guided", "ace")
+"""Rows that train and then test best.pt: SAC alone; expert-guided RL (SAC after the greedy tutor's warm start,
+``train.tutor_steps`` > 0, whose decisions fill the validated partition the imitation term learns from); ACE with
+its LLM roles."""
 ROW_KINDS: tuple[str, ...] = BASELINE_KINDS + TRAINING_KINDS
-LLM_KINDS: tuple[str, ...] = ("llm_lac", "ace")
+LLM_KINDS: tuple[str, ...] = ("lac", "ace")
 """Rows that take the experiment's ``ace_set``."""
+RENAMED_KINDS = {"donothing": "do-nothing", "llm_lac": "lac", "sac_only": "sac-only"}
+"""Kinds of the unreleased 0.1.0 -> the one spelling now, named by the error an old one gets."""
 
 _TOP_KEYS = {"name", "description", "config", "set", "ace_set", "seeds", "test_pairs", "test_max_steps",
              "greedy_budget", "rows"}
@@ -117,7 +126,7 @@ class ExperimentSpec:
         if row.kind in LLM_KINDS:
             overrides += self.ace_overrides
         overrides += self.cli_overrides + row.overrides
-        if row.kind == "sac_only":
+        if row.kind in ("sac-only", "expert-guided"):
             overrides.append("llm.backend=none")
         if seed is not None:
             overrides += [f"train.seed={seed}", f"llm.seed={seed}"]
@@ -125,9 +134,7 @@ class ExperimentSpec:
             cfg = load_config(self.config, overrides)
         except (ValueError, FileNotFoundError) as exc:
             raise type(exc)(f"row {row.name!r}: {exc}") from None
-        if row.kind == "ace" and cfg.llm.backend == "none":
-            raise ValueError(f"row {row.name!r} (kind ace) has llm.backend = 'none': set one in ace_set or the "
-                             f"row's set (e.g. llm.backend=smollm2), or use kind sac_only")
+        _check_kind(row, cfg)
         return cfg
 
     def command(self, out: str | Path) -> str:
@@ -140,6 +147,19 @@ class ExperimentSpec:
         if self.seeds_replaced:
             words += ["--seeds", ",".join(map(str, self.seeds))]
         return shlex.join(words)
+
+
+def _check_kind(row: RowSpec, cfg: Config) -> None:
+    """A row's kind must say what its configuration trains (ValueError naming the row, the key and the fix)."""
+    if row.kind == "ace" and cfg.llm.backend == "none":
+        raise ValueError(f"row {row.name!r} (kind ace) has llm.backend = 'none': set one in ace_set or the "
+                         f"row's set (e.g. llm.backend=smollm2), or use kind sac-only")
+    if row.kind == "expert-guided" and cfg.train.tutor_steps == 0:
+        raise ValueError(f"row {row.name!r} (kind expert-guided) has train.tutor_steps = 0: give the tutor's warm "
+                         f"start in the row's set (e.g. train.tutor_steps=5000), or use kind sac-only")
+    if row.kind == "sac-only" and cfg.train.tutor_steps > 0:
+        raise ValueError(f"row {row.name!r} (kind sac-only) has train.tutor_steps = {cfg.train.tutor_steps}: "
+                         f"with the tutor's warm start it is expert-guided RL: use kind expert-guided")
 
 
 def _slug(name: str) -> str:
@@ -294,6 +314,9 @@ def _file_row(raw: dict[str, Any], where: str) -> list[RowSpec]:
     if not isinstance(name, str) or not name.strip():
         raise ValueError(f"{where}.name = {name!r} must be a non-empty string")
     kind = raw.get("kind")
+    if kind in RENAMED_KINDS:
+        also = " ('expert-guided' for a row with train.tutor_steps > 0)" if kind == "sac_only" else ""
+        raise ValueError(f"{where}.kind = {kind!r} (row {name!r}) is now spelled {RENAMED_KINDS[kind]!r}{also}")
     if kind not in ROW_KINDS:
         raise ValueError(f"{where}.kind = {kind!r} (row {name!r}) is not one of {', '.join(ROW_KINDS)}")
     row_id = raw.get("id", _slug(name))

@@ -135,18 +135,13 @@ def comparisons_to_make(rows: Sequence[dict[str, Any]]) -> list[tuple[str, str, 
     - against the greedy expert: every other row;
     - against the tutor (expert-guided RL's teacher acting alone): every training row with a top-k check.
 
-    SAC-only is the first ``sac_only`` training without a tutor, expert-guided RL the first with one
-    (``train.tutor_steps`` > 0).
+    SAC-only is the first ``sac-only`` training, expert-guided RL the first ``expert-guided`` one.
     """
-    def first_training(match: Any) -> str | None:
-        return next((r["train_id"] for r in rows if r["kind"] == "sac_only" and match(r)), None)
+    def first(kind: str, key: str = "id") -> str | None:
+        return next((r[key] for r in rows if r["kind"] == kind), None)
 
-    sac = first_training(lambda r: not r.get("expert_guided"))
-    guided = first_training(lambda r: r.get("expert_guided"))
-    greedy = next((r["id"] for r in rows if r["kind"] == "greedy"), None)
-    tutor = next((r["id"] for r in rows if r["kind"] == "tutor"), None)
-    ace = next((r["train_id"] for r in rows if r["kind"] == "ace"), None)
-    nothing = next((r["id"] for r in rows if r["kind"] == "donothing"), None)
+    sac, guided, ace = first("sac-only", "train_id"), first("expert-guided", "train_id"), first("ace", "train_id")
+    greedy, tutor, nothing = first("greedy"), first("tutor"), first("do-nothing")
 
     def same_deployment(train_id: str | None, row: dict[str, Any]) -> str | None:
         return next((r["id"] for r in rows if train_id is not None and r["train_id"] == train_id
