@@ -33,7 +33,8 @@ check" (id ``ID-top8``: the 8 most likely legal actions and do nothing are simul
 simulated max rho is played). Both test the same ``best.pt`` of one training run per seed on the same pairs, so the
 difference between them is the check's share. ``best.pt`` itself is chosen on ``env.eval_pairs`` with the run's own
 ``env.deploy_topk`` (8 by default), also for the row that tests the policy alone. Without ``deploy_topk`` a row is
-tested with its run's own ``env.deploy_topk``. ``--rows ID`` keeps every row made from ``ID``; ``--rows ID-top8`` just that one.
+tested with its run's own ``env.deploy_topk``. ``--rows ID`` keeps every row made from ``ID``; ``--rows ID-top8``
+just that one.
 """
 
 from __future__ import annotations
