@@ -730,8 +730,11 @@ def sampling_section(cfg: RunConfig) -> SectionReport:
 
 @section("mask", "Legality masks over the 36-substation grid: ace_hybrid (C++) vs vectorised numpy")
 def mask_section(cfg: RunConfig) -> SectionReport:
-    from ace_hybrid.masking import LegalityMasker, NumpyLegalityMasker
+    from ace_hybrid.masking import LegalityMasker
     from ace_hybrid.topology import bus_assignments
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the tests' numpy reference
+    from reference_masking import NumpyLegalityMasker
 
     name = "l2rpn_neurips_2020_track1" if cfg.sizes == "full" else "l2rpn_case14_sandbox"
     env, reason = _grid2op_env(name)

@@ -74,6 +74,12 @@ def test_unknown_agent_lists_the_valid_ones(make_grid_env) -> None:
         make_agent("genius", make_grid_env("l2rpn_case14_sandbox"))
 
 
+@pytest.mark.parametrize(("old", "new"), [("donothing", "do-nothing"), ("llm_lac", "lac")])
+def test_an_old_spelling_names_the_new_one(make_grid_env, old: str, new: str) -> None:
+    with pytest.raises(ValueError, match=f"agent '{old}' is now spelled '{new}'"):
+        make_agent(old, make_grid_env("l2rpn_case14_sandbox"))
+
+
 def test_evaluate_command_end_to_end(tmp_path) -> None:
     out = tmp_path / "eval"
     proc = subprocess.run(

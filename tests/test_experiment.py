@@ -35,11 +35,11 @@ def write_experiment(path: Path, *, steps: int = 120, seeds: str = "[0, 1]", row
     rows = rows or """
 [[rows]]
 name = "DoNothing"
-kind = "donothing"
+kind = "do-nothing"
 
 [[rows]]
 name = "SAC-only"
-kind = "sac_only"
+kind = "sac-only"
 deploy_topk = [0, 2]
 """
     path.write_text(f"""
@@ -209,7 +209,7 @@ def test_a_missing_sibling_cell_reuses_the_training_of_the_other(finished, tmp_p
     def no_training(*args, **kwargs):
         raise AssertionError("the run was trained again")
 
-    monkeypatch.setattr(ex, "train_cell", no_training)
+    monkeypatch.setattr(ex.cells, "train_cell", no_training)
     result = ex.run_experiment(ex.load_experiment(path, rows=["sac-only-alone"], seeds=[1]), copy, progress=False)
     assert result["ran"] == ["sac-only-alone-seed1"]
     assert result["cells"][0]["train"] == json.loads((copy / "cells" / "sac-only-top2-seed1.json").read_text())["train"]
@@ -231,7 +231,7 @@ def test_a_half_done_training_run_is_resumed(tmp_path: Path, monkeypatch: pytest
     path = write_experiment(tmp_path / "tiny.toml", steps=160, seeds="[3]", rows="""
 [[rows]]
 name = "SAC-only"
-kind = "sac_only"
+kind = "sac-only"
 """)
     original = train_module.train_episode
 
@@ -270,7 +270,7 @@ def test_llm_only_row_tests_the_lac_agent_from_its_factory(tmp_path: Path, monke
 [[rows]]
 name = "LLM-only (LAC)"
 id = "llm-lac"
-kind = "llm_lac"
+kind = "lac"
 """)
     result = ex.run_experiment(ex.load_experiment(path), tmp_path / "out", progress=False)
     assert len(seen) == 1 and seen[0].ace.lac_alpha == 2.5 and seen[0].env.threshold == 0.5
@@ -279,9 +279,14 @@ kind = "llm_lac"
 
 
 def test_bad_row_kind_fails_naming_it(tmp_path: Path) -> None:
-    path = write_experiment(tmp_path / "bad.toml", rows='[[rows]]\nname = "SAC"\nkind = "sac-only"\n')
-    with pytest.raises(ValueError, match=r"rows\[0\]\.kind = 'sac-only' \(row 'SAC'\) is not one of .*sac_only"):
+    path = write_experiment(tmp_path / "bad.toml", rows='[[rows]]\nname = "SAC"\nkind = "sac"\n')
+    with pytest.raises(ValueError, match=r"rows\[0\]\.kind = 'sac' \(row 'SAC'\) is not one of .*sac-only"):
         ex.load_experiment(path)
+    for old, new in (("donothing", "'do-nothing'"), ("llm_lac", "'lac'"),
+                     ("sac_only", "'sac-only' \\('expert-guided' for a row with train.tutor_steps > 0\\)")):
+        path = write_experiment(tmp_path / "old.toml", rows=f'[[rows]]\nname = "X"\nkind = "{old}"\n')
+        with pytest.raises(ValueError, match=rf"rows\[0\]\.kind = '{old}' \(row 'X'\) is now spelled {new}"):
+            ex.load_experiment(path)
     with pytest.raises(ValueError, match=r"unknown row\(s\) 'ace'; rows of bad2.toml: donothing, sac-only, "
                                          r"sac-only-alone, sac-only-top2"):
         ex.load_experiment(write_experiment(tmp_path / "bad2.toml"), rows=["ace"])
@@ -299,7 +304,7 @@ def test_deploy_topk_expands_a_training_row_and_fails_naming_the_row(tmp_path: P
     for bad, message in (("[0, 0]", r"deploy_topk = \[0, 0\] \(row 'SAC'\) must be a non-empty list of distinct"),
                          ("[]", r"deploy_topk = \[\] \(row 'SAC'\)"), ("[-1]", r"deploy_topk = \[-1\]"),
                          ("4", r"deploy_topk = 4")):
-        path = write_experiment(tmp_path / "bad.toml", rows=f'[[rows]]\nname = "SAC"\nkind = "sac_only"\n'
+        path = write_experiment(tmp_path / "bad.toml", rows=f'[[rows]]\nname = "SAC"\nkind = "sac-only"\n'
                                                               f'deploy_topk = {bad}\n')
         with pytest.raises(ValueError, match=message):
             ex.load_experiment(path)
@@ -307,15 +312,15 @@ def test_deploy_topk_expands_a_training_row_and_fails_naming_the_row(tmp_path: P
                                                        'deploy_topk = [0, 8]\n')
     with pytest.raises(ValueError, match=r"rows\[0\]\.deploy_topk \(row 'Greedy'\): kind 'greedy' trains no policy"):
         ex.load_experiment(path)
-    path = write_experiment(tmp_path / "bad.toml", rows='[[rows]]\nname = "SAC"\nkind = "sac_only"\n'
+    path = write_experiment(tmp_path / "bad.toml", rows='[[rows]]\nname = "SAC"\nkind = "sac-only"\n'
                                                        'deploy_topk = [0]\n\n[[rows]]\nname = "SAC alone"\n'
-                                                       'id = "sac-alone"\nkind = "sac_only"\n')
+                                                       'id = "sac-alone"\nkind = "sac-only"\n')
     with pytest.raises(ValueError, match=r"row id\(s\) sac-alone appear more than once"):
         ex.load_experiment(path)
 
 
 def test_bad_config_key_fails_naming_the_row_and_key(tmp_path: Path) -> None:
-    path = write_experiment(tmp_path / "bad.toml", rows='[[rows]]\nname = "SAC"\nkind = "sac_only"\n'
+    path = write_experiment(tmp_path / "bad.toml", rows='[[rows]]\nname = "SAC"\nkind = "sac-only"\n'
                                                        'set = ["sac.hiden=[8]"]\n')
     with pytest.raises(ValueError, match=r"row 'SAC': unknown configuration key 'sac.hiden'"):
         ex.load_experiment(path)
@@ -323,6 +328,20 @@ def test_bad_config_key_fails_naming_the_row_and_key(tmp_path: Path) -> None:
         ex.load_experiment(write_experiment(tmp_path / "bad2.toml", extra="seed = 3"))
     with pytest.raises(ValueError, match=r"row 'ACE' \(kind ace\) has llm.backend = 'none'"):
         ex.load_experiment(write_experiment(tmp_path / "bad3.toml", rows='[[rows]]\nname = "ACE"\nkind = "ace"\n'))
+
+
+def test_expert_guided_rows_have_a_tutor_and_sac_only_rows_none(tmp_path: Path) -> None:
+    guided = '[[rows]]\nname = "EG"\nkind = "expert-guided"\n'
+    with pytest.raises(ValueError, match=r"row 'EG' \(kind expert-guided\) has train.tutor_steps = 0: .*"
+                                         r"train.tutor_steps=5000"):
+        ex.load_experiment(write_experiment(tmp_path / "eg.toml", rows=guided))
+    with pytest.raises(ValueError, match=r"row 'SAC' \(kind sac-only\) has train.tutor_steps = 40: .*use kind "
+                                         r"expert-guided"):
+        ex.load_experiment(write_experiment(tmp_path / "sac.toml", rows='[[rows]]\nname = "SAC"\nkind = "sac-only"\n'
+                                                                         'set = ["train.tutor_steps=40"]\n'))
+    spec = ex.load_experiment(write_experiment(tmp_path / "ok.toml", rows=guided + 'set = ["train.tutor_steps=40"]\n'))
+    cfg = spec.row_config(spec.rows[0], 0)
+    assert spec.rows[0].trains and cfg.train.tutor_steps == 40 and cfg.llm.backend == "none"
 
 
 def test_test_pairs_must_be_held_out(tmp_path: Path) -> None:
@@ -369,7 +388,7 @@ def test_llm_rows_with_a_tiny_real_model_fill_the_llm_columns(tmp_path: Path) ->
 [[rows]]
 name = "LLM-only (LAC)"
 id = "llm-lac"
-kind = "llm_lac"
+kind = "lac"
 
 [[rows]]
 name = "ACE"
@@ -394,7 +413,7 @@ kind = "ace"
 def synthetic_row(row_id: str, survived: list[list[int]], seeds: list[int | None], length: int = 100) -> dict:
     """A results.json row with the given steps survived per (seed, test pair), every episode ``length`` long."""
     survived_arr = np.asarray(survived, dtype=float)
-    return {"id": row_id, "name": row_id, "kind": "sac_only" if seeds != [None] else "greedy", "train_id": row_id,
+    return {"id": row_id, "name": row_id, "kind": "sac-only" if seeds != [None] else "greedy", "train_id": row_id,
             "deploy_topk": None, "n": len(seeds), "seeds": seeds,
             "episodes": {"steps_survived": survived_arr.tolist(),
                          "max_steps": np.full_like(survived_arr, length).tolist(),
@@ -473,11 +492,11 @@ def test_bootstrap_draws_are_fixed_by_their_seed() -> None:
 
 def test_comparisons_are_declared_by_kind_not_by_results() -> None:
     rows = [dict(synthetic_row("greedy", [[50] * 4], [None]), kind="greedy"),
-            dict(synthetic_row("nothing", [[50] * 4], [None]), kind="donothing"),
+            dict(synthetic_row("nothing", [[50] * 4], [None]), kind="do-nothing"),
             dict(synthetic_row("tutor", [[50] * 4], [None]), kind="tutor"),
             dict(synthetic_row("sac-alone", [[50] * 4], [0]), train_id="sac", deploy_topk=0),
             dict(synthetic_row("sac-top8", [[50] * 4], [0]), train_id="sac", deploy_topk=8),
-            dict(synthetic_row("eg-top8", [[50] * 4], [0]), train_id="eg", deploy_topk=8, expert_guided=True),
+            dict(synthetic_row("eg-top8", [[50] * 4], [0]), kind="expert-guided", train_id="eg", deploy_topk=8),
             dict(synthetic_row("ace-top8", [[50] * 4], [0]), kind="ace", train_id="ace", deploy_topk=8),
             dict(synthetic_row("ace-no-actor-alone", [[50] * 4], [0]), kind="ace", train_id="ace-no-actor",
                  deploy_topk=0),
@@ -510,10 +529,10 @@ def _validation_seeds() -> set[int]:
 def test_the_shipped_experiment_files_are_valid(path: Path) -> None:
     spec = ex.load_experiment(path)  # builds and validates every cell's config
     kinds = {row.kind for row, _ in spec.cells()}
-    assert "sac_only" in kinds and "donothing" in kinds
+    assert {"sac-only", "expert-guided", "do-nothing"} <= kinds
     for row, seed in spec.cells():
         cfg = spec.row_config(row, seed)
-        assert (cfg.llm.backend == "none") == (row.kind in ("sac_only", "donothing", "reco", "greedy", "tutor")), row.id
+        assert (cfg.llm.backend == "none") == (row.kind not in ex.LLM_KINDS), row.id
         assert all(k < cfg.env.train_seed_start for _, k in spec.test_pairs), row.id
         # In the loop's thread: each ACE run makes its LLM calls whatever else the machine runs (--jobs 2).
         assert row.kind != "ace" or not cfg.ace.async_llm, row.id
@@ -543,7 +562,7 @@ def test_the_shipped_experiment_files_are_valid(path: Path) -> None:
             ex.training_fingerprint(spec.row_config(next(r for r in spec.rows if r.train_id == "ace"), k))
             for k in spec.seeds}
     guided = [r for r in read_toml(path, "experiment file")["rows"] if r["name"] == "Expert-guided RL"]
-    assert guided and guided[0]["kind"] == "sac_only" and guided[0]["deploy_topk"] == [0, 7]
+    assert guided and guided[0]["kind"] == "expert-guided" and guided[0]["deploy_topk"] == [0, 7]
     cfg = spec.row_config(next(r for r in spec.rows if r.train_id == "expert-guided-rl"), spec.seeds[0])
     assert cfg.train.tutor_steps > 0 and cfg.train.imitation_weight > 0
 
@@ -552,8 +571,8 @@ def test_groups_with_a_language_model_run_first_then_trainings_then_baselines() 
     spec = ex.load_experiment(REPO / "experiments" / "paper_table.toml")
     plan = [(row, seed, spec.row_config(row, seed)) for row, seed in spec.cells()]
     kinds = [group[0][0].kind for group in ex.longest_first(ex.cell_groups(plan))]
-    llm, trained = kinds.count("llm_lac") + kinds.count("ace"), kinds.count("sac_only")
+    llm, trained = kinds.count("lac") + kinds.count("ace"), kinds.count("sac-only") + kinds.count("expert-guided")
     # The LLM-only agent asks the model at every test decision: left to the end it would run alone for most of an hour.
-    assert kinds[0] == "llm_lac" and set(kinds[:llm]) == {"llm_lac", "ace"}
-    assert set(kinds[llm:llm + trained]) == {"sac_only"}
-    assert set(kinds[llm + trained:]) == {"donothing", "reco", "greedy", "tutor"}
+    assert kinds[0] == "lac" and set(kinds[:llm]) == {"lac", "ace"}
+    assert set(kinds[llm:llm + trained]) == {"sac-only", "expert-guided"}
+    assert set(kinds[llm + trained:]) == {"do-nothing", "reco", "greedy", "tutor"}

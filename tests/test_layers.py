@@ -32,9 +32,6 @@ LAYERS = {
     "__init__": 9,  # the package's front door (ace_hybrid/__init__.py): re-exports; nothing inside imports it
 }
 
-#: One-release re-exports of names that moved in 0.2 (they import upwards by design; nothing may import them).
-DEPRECATED_SHIMS = {"ace_hybrid.train", "ace_hybrid.evaluate", "ace_hybrid.llm.loop"}
-
 
 def _module_name(path: Path) -> str:
     parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
@@ -81,15 +78,12 @@ def _layer(module: str) -> tuple[str, int]:
 
 def test_every_module_has_a_layer() -> None:
     for module in _modules():
-        if module not in DEPRECATED_SHIMS:
-            _layer(module)
+        _layer(module)
 
 
 def test_imports_never_point_up_or_across() -> None:
     bad = []
     for module, targets in _graph().items():
-        if module in DEPRECATED_SHIMS:
-            continue
         key, rank = _layer(module)
         for target in targets:
             tkey, trank = _layer(target)
@@ -98,13 +92,8 @@ def test_imports_never_point_up_or_across() -> None:
     assert not bad, "imports against the flow:\n" + "\n".join(sorted(bad))
 
 
-def test_nothing_imports_a_deprecated_shim() -> None:
-    users = sorted(f"{m} imports {t}" for m, ts in _graph().items() for t in ts if t in DEPRECATED_SHIMS)
-    assert not users, "\n".join(users)
-
-
 def test_there_is_no_import_cycle() -> None:
-    graph = {m: ts for m, ts in _graph().items() if m not in DEPRECATED_SHIMS}
+    graph = _graph()
     state: dict[str, int] = {}  # 1 on the stack, 2 done
     stack: list[str] = []
 
@@ -142,10 +131,3 @@ def test_reading_the_configuration_imports_no_heavy_dependency(module: str) -> N
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "", f"import {module} loaded {out.stdout.strip()}"
 
-
-@pytest.mark.parametrize("shim", sorted(DEPRECATED_SHIMS))
-def test_deprecated_paths_still_import_and_warn(shim: str) -> None:
-    code = ("import importlib, warnings\nwarnings.simplefilter('error', DeprecationWarning)\n"
-            f"try:\n    importlib.import_module({shim!r})\nexcept DeprecationWarning as w:\n    print('warned:', w)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.startswith("warned:"), out.stdout + out.stderr

@@ -44,11 +44,11 @@ test_max_steps = 25
 
 [[rows]]
 name = "DoNothing"
-kind = "donothing"
+kind = "do-nothing"
 
 [[rows]]
 name = "SAC-only"
-kind = "sac_only"
+kind = "sac-only"
 deploy_topk = [0, 2]
 """)
     out = base / "out"
@@ -144,7 +144,7 @@ def test_report_claims_a_difference_only_when_the_paired_interval_excludes_zero(
     greedy = row("greedy", "greedy", [50] * 16)
     # 16 pairs: ACE survives longer on 13, shorter on 3 -> separated; SAC on 9 of 16, by the same margins -> not.
     ace = row("ace", "ace", [90] * 13 + [40] * 3, seeds=[0])
-    sac = row("sac", "sac_only", [90] * 9 + [10] * 7, seeds=[0])
+    sac = row("sac", "sac-only", [90] * 9 + [10] * 7, seeds=[0])
     results = results_of(greedy, sac, ace)
     by_pair = {(c["a"], c["b"]): c for c in results["comparisons"]}
     separated, overlapping = by_pair[("ace", "greedy")], by_pair[("sac", "greedy")]
@@ -158,7 +158,8 @@ def test_report_claims_a_difference_only_when_the_paired_interval_excludes_zero(
     assert "includes 0 (16 test pairs × 1 training seed)" in claim(overlapping)
     assert "survives" not in claim(overlapping) and "improves" not in text
     worse = dict(separated, a_name="x", b_name="y", difference=-0.2, lo=-0.3, hi=-0.1)
-    assert claim(worse).startswith("**x** survives less than **y**")
+    assert claim(worse).startswith("**y** survives longer than **x** (against the greedy expert): 50.0% vs 80.6%, "
+                                   "+20.0 points [95% CI +10.0, +30.0]")
     assert by_pair[("ace", "sac")]["separated"] and "2 of 3 declared comparisons separate" in text
 
 
@@ -168,10 +169,10 @@ def test_comparison_with_the_paper_follows_the_claim_rule() -> None:
     ace["metrics"]["test_seconds_per_episode"] = {"value": 2.0}
     text = paper_comparison(results_of(greedy, ace))
     assert "| ACE vs the expert(-guided) baseline (ours: the greedy expert (no expert-guided RL row)) |" in text
-    assert "ace vs greedy: higher, 80.6% vs 50.0%, +30.6 points [" in text
+    assert "ace vs greedy: ace survives longer, 80.6% vs 50.0%, +30.6 points [" in text
     assert "300 LLM calls, 40 accepted" in text and "ace: 2.00 s per episode" in text
     assert "SmolLM2-135M-Instruct" in text and "5,000 environment steps" in text
-    guided = dict(row("eg", "sac_only", [40] * 3 + [90] * 13, seeds=[0]), expert_guided=True)  # same, other pairs
+    guided = row("eg", "expert-guided", [40] * 3 + [90] * 13, seeds=[0])  # the same, on other pairs
     text = paper_comparison(results_of(greedy, guided, ace))
     assert "(ours: expert-guided RL) | ACE improves on it | ace vs eg: not distinguishable, " in text
     assert "improves on the greedy" not in text and "is worse than" not in text

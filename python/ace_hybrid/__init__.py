@@ -15,8 +15,7 @@ torch, no grid2op)::
     report = evaluate(env, agent, [(0, 0), (1, 1)])         # ace_hybrid.grid.evaluation.evaluate
 
 These names need the ``grid`` extra (``train`` also the ``train`` extra); a missing one is an ``ImportError`` that says
-what to install. They are not in ``__all__``, so ``from ace_hybrid import *`` works without the extras. The deprecated
-module path ``import ace_hybrid.train`` (until 0.3) binds ``ace_hybrid.train`` to that module instead.
+what to install. They are not in ``__all__``, so ``from ace_hybrid import *`` works without the extras.
 """
 
 from __future__ import annotations

@@ -3,14 +3,15 @@
 ============================  ======================================================================
 name                          agent
 ============================  ======================================================================
-``do-nothing`` (``donothing``)  does nothing in danger (:class:`~ace_hybrid.grid.agents.DoNothingAgent`)
+``do-nothing``                does nothing in danger (:class:`~ace_hybrid.grid.agents.DoNothingAgent`)
 ``reco``                      reconnects the best line (:class:`~ace_hybrid.grid.agents.RecoPowerlineAgent`)
 ``greedy``                    simulates ``budget`` catalog actions (:class:`~ace_hybrid.grid.agents.GreedyExpertAgent`)
 ``checkpoint:PATH``           a trained SAC or ACE policy (:func:`ace_hybrid.training.policy.load_agent`)
 ``lac``                       the LLM-only LAC agent of ``cfg.llm`` (:mod:`ace_hybrid.llm.lac_agent`)
 ============================  ======================================================================
 
-Every agent decides only in danger (max rho >= ``threshold``); a fixed safe rule acts otherwise.
+The names are the experiment files' row kinds too (one spelling: lowercase, hyphenated). Every agent decides only
+in danger (max rho >= ``threshold``); a fixed safe rule acts otherwise.
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ from typing import Any
 from ace_hybrid.config import Config, LLMConfig
 from ace_hybrid.grid.agents import DoNothingAgent, GreedyExpertAgent, RecoPowerlineAgent, RuleAgent
 
-__all__ = ["AGENT_NAMES", "make_agent"]
+__all__ = ["AGENT_NAMES", "RENAMED_AGENTS", "make_agent"]
 
 AGENT_NAMES = ("do-nothing", "reco", "greedy", "checkpoint:PATH", "lac")
 """The names :func:`make_agent` accepts (``checkpoint:`` followed by a path)."""
+RENAMED_AGENTS = {"donothing": "do-nothing", "llm_lac": "lac"}
+"""Spellings of the unreleased 0.1.0 -> the one name now; an old spelling is a ValueError that names the new one."""
 
 
 def make_agent(spec: str, env: Any, *, threshold: float | None = None, budget: int = 30, topk: int | None = None,
@@ -48,7 +51,9 @@ def make_agent(spec: str, env: Any, *, threshold: float | None = None, budget: i
     """
     if threshold is None:
         threshold = cfg.env.threshold if cfg is not None else 0.9
-    if spec in ("do-nothing", "donothing"):
+    if spec in RENAMED_AGENTS:
+        raise ValueError(f"agent {spec!r} is now spelled {RENAMED_AGENTS[spec]!r}; valid: {', '.join(AGENT_NAMES)}")
+    if spec == "do-nothing":
         return DoNothingAgent(env.action_space, threshold)
     if spec == "reco":
         return RecoPowerlineAgent(env.action_space, threshold)

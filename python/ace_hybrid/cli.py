@@ -203,7 +203,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in (_add_evaluate, _add_train, _add_experiment, _add_report):
+        add(sub)
+    return parser
 
+
+def _add_evaluate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     ev = sub.add_parser(
         "evaluate",
         help="run an agent on fixed (scenario, seed) pairs and report survival, reward, score and time",
@@ -212,7 +217,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ev.add_argument("--env", required=True, help="environment name, e.g. l2rpn_neurips_2020_track1")
     ev.add_argument("--agent", required=True,
-                    help="do-nothing | reco | greedy | checkpoint:PATH (a trained agent's checkpoint)")
+                    help="do-nothing | reco | greedy | lac (the LLM-only LAC agent, embedded model) | checkpoint:PATH "
+                    "(a trained agent's checkpoint)")
     ev.add_argument("--episodes", type=_int_list, default=[0], help="scenario ids, e.g. '0,1' or '0-2' (default 0)")
     ev.add_argument("--seeds", type=_int_list, default=[0],
                     help="episode seeds: one for all scenarios or one per scenario (default 0)")
@@ -227,6 +233,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="also compute grid2op's L2RPN score (runs its reference agents on a writable data copy)")
     ev.add_argument("--out", type=Path, default=Path("runs/evaluate"), help="output folder (default runs/evaluate)")
     ev.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
+def _add_train(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     tr = sub.add_parser(
         "train",
         help="train SAC, or ACE when llm.backend is set, and write a run directory",
@@ -245,13 +254,16 @@ def build_parser() -> argparse.ArgumentParser:
                     help="continue the run in RUN_DIR from its last checkpoint (only train.total_env_steps may "
                     "be changed, with --set)")
     tr.add_argument("--help-config", action="store_true", help="list every configuration field with its default")
+
+
+def _add_experiment(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     ex = sub.add_parser(
         "experiment",
         help="train and test a grid of agents x seeds and write the paper-style table and a report",
-        description="Run the rows of an experiment file (baselines: donothing, reco, greedy, tutor, llm_lac; training "
-        "rows: sac_only, ace and its ablations) for each seed: train into OUT/runs/<row>-seed<k> (resuming a "
-        "half-done run), test best.pt on the file's held-out test_pairs, and save each cell in OUT/cells/. A "
-        "finished cell is never rerun, so rerunning the command continues where it stopped. Writes results.json, "
+        description="Run the rows of an experiment file (baselines: do-nothing, reco, greedy, tutor, lac; training "
+        "rows: sac-only, expert-guided, ace and its ablations) for each seed: train into OUT/runs/<row>-seed<k> "
+        "(resuming a half-done run), test best.pt on the file's held-out test_pairs, and save each cell in OUT/cells/. "
+        "A finished cell is never rerun, so rerunning the command continues where it stopped. Writes results.json, "
         "results.csv, results.md (mean ± std over seeds) and report.md with figures, and prints the table.",
     )
     ex.add_argument("--config", type=_toml_argument("experiments"), required=True, metavar="FILE|NAME",
@@ -268,6 +280,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "it, its times do)")
     ex.add_argument("--no-report", action="store_true", help="skip report.md and its figures")
     ex.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+
+
+def _add_report(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     rp = sub.add_parser(
         "report",
         help="write DIR/report.md with figures from a finished (or partial) experiment directory",
@@ -276,7 +291,6 @@ def build_parser() -> argparse.ArgumentParser:
         "beside the ACE paper's. Missing data becomes a sentence in the report.",
     )
     rp.add_argument("dir", type=Path, help="the experiment's output folder (ace-hybrid experiment --out)")
-    return parser
 
 
 def cmd_train(args: argparse.Namespace) -> int:

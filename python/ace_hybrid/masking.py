@@ -12,8 +12,8 @@ Grid2Op (``DefaultRules`` = ``LookParam`` + ``PreventDiscoStorageModif`` + ``Pre
   cooldowns also hold maintenance and opponent attacks).
 
 :class:`LegalityMasker` applies these rules to every action of an :class:`ActionFootprint` at once (well under
-0.1 ms per observation for the 66,810 bus assignments of l2rpn_wcci_2020). :class:`NumpyLegalityMasker` is a
-plain vectorised numpy version, per action, used as the reference in tests and as the benchmark baseline.
+0.1 ms per observation for the 66,810 bus assignments of l2rpn_wcci_2020). The tests hold a plain numpy version,
+action by action, as its reference (``tests/reference_masking.py``).
 
 Not covered: Grid2Op's step also rejects a ``set_line_status=+1`` whose previous buses are unknown
 (``check_reconnection_valid``, outside the rules), and its ``RulesChecker`` calls every action legal while
@@ -22,7 +22,7 @@ Not covered: Grid2Op's step also rejects a ``set_line_status=+1`` whose previous
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -32,7 +32,6 @@ from ace_hybrid import _core
 __all__ = [
     "ActionFootprint",
     "LegalityMasker",
-    "NumpyLegalityMasker",
     "ObservationState",
     "RuleParameters",
     "observation_state",
@@ -130,36 +129,7 @@ def _as_footprint(footprint: Any) -> _core.ActionFootprint:
     raise TypeError(f"expected an ActionFootprint or an object with .footprint(), got {type(footprint).__name__}")
 
 
-_M = TypeVar("_M", bound="_Masker")
-
-
-class _Masker:
-    """What both maskers share: the rules, taken by keyword once and passed to ``_build``."""
-
-    def __init__(
-        self,
-        footprint: Any,
-        *,
-        max_sub_changed: int = 1,
-        max_line_status_changed: int = 1,
-        sub_area: npt.ArrayLike | None = None,
-        line_area: npt.ArrayLike | None = None,
-        check_limits: bool = True,
-        check_cooldowns: bool = True,
-    ) -> None:
-        self._build(_as_footprint(footprint), RuleParameters(
-            max_sub_changed, max_line_status_changed, sub_area, line_area, check_limits, check_cooldowns))
-
-    def _build(self, footprint: _core.ActionFootprint, rules: RuleParameters) -> None:
-        raise NotImplementedError
-
-    @classmethod
-    def for_env(cls: type[_M], env: Any, footprint: Any) -> _M:
-        """A masker with the rules of a Grid2Op environment (see :func:`rule_parameters`)."""
-        return cls(footprint, **rule_parameters(env)._asdict())
-
-
-class LegalityMasker(_Masker):
+class LegalityMasker:
     """Grid2Op's legality verdict for every action of a catalog, per observation.
 
     Parameters
@@ -174,8 +144,25 @@ class LegalityMasker(_Masker):
         Switch the counting / cooldown rule off (``PreventReconnection`` / ``LookParam`` alone).
     """
 
-    def _build(self, footprint: _core.ActionFootprint, rules: RuleParameters) -> None:
-        self._core = _core.LegalityMasker(footprint, **rules._asdict())
+    def __init__(
+        self,
+        footprint: Any,
+        *,
+        max_sub_changed: int = 1,
+        max_line_status_changed: int = 1,
+        sub_area: npt.ArrayLike | None = None,
+        line_area: npt.ArrayLike | None = None,
+        check_limits: bool = True,
+        check_cooldowns: bool = True,
+    ) -> None:
+        self._core = _core.LegalityMasker(
+            _as_footprint(footprint), max_sub_changed=max_sub_changed, max_line_status_changed=max_line_status_changed,
+            sub_area=sub_area, line_area=line_area, check_limits=check_limits, check_cooldowns=check_cooldowns)
+
+    @classmethod
+    def for_env(cls, env: Any, footprint: Any) -> LegalityMasker:
+        """A masker with the rules of a Grid2Op environment (see :func:`rule_parameters`)."""
+        return cls(footprint, **rule_parameters(env)._asdict())
 
     @property
     def core(self) -> _core.LegalityMasker:
@@ -218,69 +205,3 @@ class LegalityMasker(_Masker):
     def __repr__(self) -> str:
         return repr(self._core)
 
-
-class NumpyLegalityMasker(_Masker):
-    """The same rules in plain vectorised numpy, action by action (no grouping): the reference implementation.
-
-    Parameters are those of :class:`LegalityMasker`.
-    """
-
-    def _build(self, fp: _core.ActionFootprint, rules: RuleParameters) -> None:
-        sub_area, line_area = rules.sub_area, rules.line_area
-        n, n_sub, n_line = int(fp.n_actions), int(fp.n_sub), int(fp.n_line)
-        self.n_actions, self.n_sub, self.n_line = n, n_sub, n_line
-        self.max_sub, self.max_line = int(rules.max_sub_changed), int(rules.max_line_status_changed)
-        self.check_limits, self.check_cooldowns = bool(rules.check_limits), bool(rules.check_cooldowns)
-        self.sub_area = np.zeros(n_sub, np.int64) if sub_area is None else np.asarray(sub_area, np.int64)
-        self.line_area = np.zeros(n_line, np.int64) if line_area is None else np.asarray(line_area, np.int64)
-        self.n_area = int(max(self.sub_area.max(initial=0), self.line_area.max(initial=0))) + 1
-        # substation entries and the line ends they set
-        self.entry_action = np.repeat(np.arange(n), np.diff(fp.sub_ptr))
-        self.entry_sub = fp.sub_idx.astype(np.int64)
-        self.entry_other = fp.sub_sets_other.astype(bool)
-        self.end_entry = np.repeat(np.arange(len(self.entry_sub)), np.diff(fp.sub_line_ptr))
-        end_line = fp.sub_line_idx.astype(np.int64)
-        self.end_line = end_line
-        # distinct (action, line) pairs that may be impacted; "always" = the status is set
-        status_action = np.repeat(np.arange(n), np.diff(fp.status_ptr))
-        keys = np.concatenate([self.entry_action[self.end_entry] * n_line + end_line,
-                               status_action * n_line + fp.status_idx.astype(np.int64)])
-        always = np.concatenate([np.zeros(len(end_line), bool), np.ones(len(status_action), bool)])
-        uniq, inverse = np.unique(keys, return_inverse=True)
-        pair_always = np.zeros(len(uniq), bool)
-        np.logical_or.at(pair_always, inverse, always)
-        self.pair_action = uniq // max(n_line, 1)
-        self.pair_line = uniq % max(n_line, 1)
-        self.pair_always = pair_always
-
-    def mask(
-        self, line_status: npt.ArrayLike, cooldown_line: npt.ArrayLike, cooldown_sub: npt.ArrayLike
-    ) -> npt.NDArray[np.bool_]:
-        """Legal mask (n_actions,) bool for one observation (same inputs as :meth:`LegalityMasker.mask`)."""
-        status = np.asarray(line_status).astype(bool)
-        cdl = np.asarray(cooldown_line)
-        cds = np.asarray(cooldown_sub)
-        n, na = self.n_actions, self.n_area
-        legal = np.ones(n, bool)
-        line_hit = self.pair_always | ~status[self.pair_line]
-        sub_hit = self.entry_other | (
-            np.bincount(self.end_entry, weights=status[self.end_line], minlength=len(self.entry_sub)) > 0
-        )
-        if self.check_cooldowns:
-            legal &= np.bincount(self.pair_action[line_hit & (cdl[self.pair_line] > 0)], minlength=n) == 0
-            legal &= np.bincount(self.entry_action[sub_hit & (cds[self.entry_sub] > 0)], minlength=n) == 0
-        if self.check_limits:
-            lines = np.bincount(self.pair_action[line_hit] * na + self.line_area[self.pair_line[line_hit]],
-                                minlength=n * na).reshape(n, na)
-            subs = np.bincount(self.entry_action[sub_hit] * na + self.sub_area[self.entry_sub[sub_hit]],
-                               minlength=n * na).reshape(n, na)
-            legal &= (lines <= self.max_line).all(axis=1) & (subs <= self.max_sub).all(axis=1)
-        return legal
-
-    def mask_batch(
-        self, line_status: npt.ArrayLike, cooldown_line: npt.ArrayLike, cooldown_sub: npt.ArrayLike
-    ) -> npt.NDArray[np.bool_]:
-        """Legal masks (B, n_actions) bool for B observations, one :meth:`mask` per row."""
-        ls, cl, cs = np.asarray(line_status), np.asarray(cooldown_line), np.asarray(cooldown_sub)
-        return np.stack([self.mask(ls[b], cl[b], cs[b]) for b in range(ls.shape[0])]).reshape(
-            ls.shape[0], self.n_actions)

@@ -28,6 +28,16 @@ import math
 from pathlib import Path
 from typing import Any
 
+from ace_hybrid.experiment import (
+    DIFFERENCES_NOTE,
+    LLM_KINDS,
+    SIMULATIONS_NOTE,
+    differences_markdown,
+    points,
+    to_markdown,
+    verdict,
+)
+
 # From the paper, as the project's issue quotes them.
 PAPER_REFINEMENTS = (287, 682)
 """LLM refinements ACE needed in the paper's experiments (range over tasks)."""
@@ -294,35 +304,35 @@ def _over(c: dict[str, Any]) -> str:
     return f"{c['pairs']} test pairs{seeds}"
 
 
-def points(value: float) -> str:
-    """A survival difference in percentage points, signed: ``+12.5`` (as the experiment's tables print it)."""
-    return f"{100 * value:+.1f}"
-
-
 def _ci(c: dict[str, Any]) -> str:
     return f"{points(c['difference'])} points [95% CI {points(c['lo'])}, {points(c['hi'])}]"
 
 
 def claim(c: dict[str, Any]) -> str:
-    """The sentence a paired comparison (:func:`ace_hybrid.experiment.paired_difference`) allows: a difference only
-    when its interval excludes 0, else that the rows are not distinguishable at these sample sizes."""
+    """The sentence a paired comparison (:func:`ace_hybrid.experiment.paired_difference`) allows, in the tables'
+    wording (:func:`ace_hybrid.experiment.verdict`): which row survives longer only when the interval excludes 0,
+    else that the rows are not distinguishable at these sample sizes."""
+    if c.get("separated") and c["lo"] < 0:  # B survives longer: said with B first, B − A
+        c = {**c, "a_name": c["b_name"], "b_name": c["a_name"], "a_value": c["b_value"], "b_value": c["a_value"],
+             "difference": -c["difference"], "lo": -c["hi"], "hi": -c["lo"]}
     a, b = f"**{c['a_name']}**", f"**{c['b_name']}**"
-    if c.get("difference") is None or c.get("lo") is None:
-        return f"{a} vs {b} ({c['why']}): no test episodes to compare."
+    said = verdict(c, a, b)
+    if said == "no data":
+        return f"{a} vs {b} ({c['why']}): no data, no test episodes to compare."
     values = f"{_pct(c['a_value'])} vs {_pct(c['b_value'])}"
     if c["separated"]:
-        verb = "survives longer than" if c["lo"] > 0 else "survives less than"
-        return f"{a} {verb} {b} ({c['why']}): {values}, {_ci(c)} over {_over(c)}."
-    return (f"{a} and {b} are not distinguishable at these sample sizes ({c['why']}): {values}, {_ci(c)}, an "
-            f"interval that includes 0 ({_over(c)}).")
+        return f"{said} than {b} ({c['why']}): {values}, {_ci(c)} over {_over(c)}."
+    return (f"{a} and {b} are {said} at these sample sizes ({c['why']}): {values}, {_ci(c)}, an interval that "
+            f"includes 0 ({_over(c)}).")
 
 
 def short_claim(c: dict[str, Any]) -> str:
     """The verdict of :func:`claim` in a few words, for a table cell."""
-    if c.get("difference") is None or c.get("lo") is None:
-        return f"{c['a_name']} vs {c['b_name']}: no data"
-    verdict = ("not distinguishable" if not c["separated"] else "higher" if c["lo"] > 0 else "lower")
-    return (f"{c['a_name']} vs {c['b_name']}: {verdict}, {_pct(c['a_value'])} vs {_pct(c['b_value'])}, "
+    a, b = c["a_name"], c["b_name"]
+    said = verdict(c, a, b)
+    if said == "no data":
+        return f"{a} vs {b}: {said}"
+    return (f"{a} vs {b}: {said}, {_pct(c['a_value'])} vs {_pct(c['b_value'])}, "
             f"{points(c['difference'])} points [{points(c['lo'])}, {points(c['hi'])}]")
 
 
@@ -339,15 +349,11 @@ def claims(results: dict[str, Any]) -> str:
                f"difference in survival excludes 0); only those state a difference.")
     lines = [summary, ""]
     lines += [f"- {claim(c)}" for c in comparisons]
-    from ace_hybrid.experiment import DIFFERENCES_NOTE
-
     return "\n".join(lines) + "\n\n" + DIFFERENCES_NOTE
 
 
 def deployment_costs(results: dict[str, Any]) -> str:
     """Simulations per decision of each row beside the greedy expert's, and the check's share of the test time."""
-    from ace_hybrid.experiment import SIMULATIONS_NOTE
-
     rows = [r for r in results.get("rows", []) if _mean(r, "all_simulations_per_decision") is not None]
     if not rows:
         return "No simulation counts in results.json."
@@ -367,8 +373,8 @@ def deployment_costs(results: dict[str, Any]) -> str:
     return "\n".join(head + lines) + "\n\n" + note
 
 
-VERDICT_NOTE = ('A verdict above is "higher" or "lower" only when the 95% interval of the paired difference excludes 0 '
-                "(see the claims above).")
+VERDICT_NOTE = ("A verdict above names a row only when the 95% interval of the paired difference excludes 0; "
+                "otherwise it says not distinguishable (see the claims above).")
 
 
 def paper_comparison(results: dict[str, Any]) -> str:
@@ -438,7 +444,7 @@ def _differences(results: dict[str, Any]) -> list[str]:
                f"episode length and on the top-k simulation check at deployment (the rows named '+ top-k check'; a row "
                f"without that suffix or '(policy alone)' deploys its run's env.deploy_topk).")
     backends = sorted({c.get("llm_backend") for c in cells if c.get("llm_backend") not in (None, "none")
-                       and c.get("kind") in ("ace", "llm_lac")})
+                       and c.get("kind") in LLM_KINDS})
     if backends:
         names = ", ".join("SmolLM2-135M-Instruct (135M parameters)" if b == "smollm2" else b for b in backends)
         out.append(f"Language model: {names}, far smaller than the paper's LLM, so its unaided proposals are near "
@@ -478,8 +484,6 @@ def write_report(out_dir: str | Path) -> Path:
     except json.JSONDecodeError as exc:
         path.write_text(f"# Report\n\n{results_path} is not readable JSON ({exc}); rerun the experiment.\n")
         return path
-    from ace_hybrid.experiment import differences_markdown, to_markdown
-
     parts = [f"# Report: {results.get('experiment', out.name)}", ""]
     if results.get("description"):
         parts += [results["description"], ""]

@@ -124,7 +124,3 @@ def _clip(text: str, max_chars: int) -> str:
     if max_chars < 16:
         raise ValueError(f"max_chars = {max_chars} out of range [16, inf)")
     return text if len(text) <= max_chars else text[: max_chars - 3].rstrip() + "..."
-
-
-GridLayout = LineEndpoints
-"""Deprecated name of :class:`LineEndpoints` (ace_hybrid 0.1); removed in 0.3."""

@@ -39,7 +39,6 @@ import numpy as np
 import numpy.typing as npt
 
 from ace_hybrid.config import BACKENDS, LLMConfig
-from ace_hybrid.files import cache_root as default_cache_root  # the 0.1 name, kept for one release
 
 __all__ = [
     "BACKENDS",
@@ -57,7 +56,6 @@ __all__ = [
     "check_reduction",
     "check_strings",
     "generate_request",
-    "default_cache_root",
     "new_stats",
 ]
 

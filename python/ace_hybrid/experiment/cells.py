@@ -1,0 +1,163 @@
+"""One cell of the table: one row and one seed, trained (training rows) and tested on the held-out pairs.
+
+A training row has one cell per seed: train into ``<out>/runs/<id>-seed<k>`` (a half-done run is resumed from its
+last checkpoint; rows made by one ``deploy_topk`` share it), then test ``best.pt`` (chosen on ``env.eval_pairs``) on
+``test_pairs``. A baseline row has one cell: its agents are deterministic on fixed episodes, so further seeds would
+repeat the same numbers. Each cell's record carries a fingerprint of what its result depends on, so a finished cell
+is reused only under the same configuration.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from ace_hybrid.config import Config
+from ace_hybrid.experiment.metrics import episode_metrics
+from ace_hybrid.experiment.spec import ExperimentSpec, RowSpec
+
+
+def cell_id(row: RowSpec, seed: int | None) -> str:
+    return row.id if seed is None else f"{row.id}-seed{seed}"
+
+
+def run_dir_of(row: RowSpec, seed: int | None) -> str:
+    """The training run a cell tests, relative to the experiment's folder (shared by one row's deploy_topk)."""
+    return f"runs/{row.train_id}-seed{seed}"
+
+
+def _settings(cfg: Config) -> dict[str, Any]:
+    settings = json.loads(json.dumps(cfg.to_dict()))
+    settings.pop("log", None)
+    return settings
+
+
+def training_fingerprint(cfg: Config) -> str:
+    """What a training run depends on (logging settings excluded), hashed."""
+    return hashlib.sha256(json.dumps(_settings(cfg), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def fingerprint(spec: ExperimentSpec, row: RowSpec, cfg: Config) -> str:
+    """What a cell's result depends on (logging settings excluded), hashed."""
+    what = {"kind": row.kind, "config": _settings(cfg), "test_pairs": spec.test_pairs,
+            "test_max_steps": spec.test_max_steps,
+            "greedy_budget": spec.greedy_budget if row.kind == "greedy" else None}
+    if row.topk is not None:
+        what["deploy_topk"] = row.topk
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _first_difference(a: Any, b: Any, prefix: str = "") -> str:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b)):
+            if a.get(key) != b.get(key):
+                return _first_difference(a.get(key), b.get(key), f"{prefix}{key}.")
+    return f"{prefix.rstrip('.')}: {a!r} in the run, {b!r} now"
+
+
+def tutor_agent(env: Any, cfg: Config) -> Any:
+    """Expert-guided RL's tutor acting alone: the greedy expert over the run's action set (``env.action_set``), with
+    ``train.tutor_budget`` simulations per decision, under the configuration's danger threshold."""
+    from ace_hybrid.grid.action_set import ActionSet, action_set_indices
+    from ace_hybrid.grid.agents import GreedyExpertAgent
+    from ace_hybrid.grid.catalog import ActionCatalog
+
+    catalog = ActionCatalog.for_env(env)
+    return GreedyExpertAgent(env.action_space, ActionSet(catalog, action_set_indices(cfg, env, catalog)),
+                             budget=cfg.train.tutor_budget, threshold=cfg.env.threshold)
+
+
+def baseline_agent(kind: str, env: Any, cfg: Config, greedy_budget: int) -> Any:
+    """The agent of a baseline row, under the configuration's danger threshold."""
+    from ace_hybrid.agents import make_agent
+
+    if kind == "tutor":
+        return tutor_agent(env, cfg)
+    return make_agent(kind, env, budget=greedy_budget, cfg=cfg)  # the kinds of baselines are make_agent's names
+
+
+def train_cell(cfg: Config, run_dir: Path) -> tuple[dict[str, Any], bool]:
+    """Train (or resume) one run; returns its summary and whether it was resumed."""
+    from ace_hybrid.training.loop import train  # torch: imported when a table trains
+
+    if (run_dir / "checkpoint.pt").is_file():
+        saved = json.loads((run_dir / "config.json").read_text())
+        now = json.loads(json.dumps(cfg.to_dict()))
+        for settings in (saved, now):
+            settings.pop("log", None)
+        if saved != now:
+            raise ValueError(f"{run_dir} holds a run with another configuration ({_first_difference(saved, now)}); "
+                             f"delete it or use another --out")
+        return train(None, run_dir, resume=True), True
+    if run_dir.exists():
+        # Stopped before its first checkpoint: nothing to resume, and its metrics lines would be stale.
+        shutil.rmtree(run_dir)
+    return train(cfg, run_dir), False
+
+
+def _training(cfg: Config, run_dir: Path, known: dict[str, Any] | None) -> dict[str, Any]:
+    """The training summary a cell records: that of ``known`` (a cell that already trained the run), else of
+    :func:`train_cell`."""
+    if known is not None:
+        return known["train"]
+    summary, resumed = train_cell(cfg, run_dir)
+    info = {k: summary.get(k) for k in ("env_steps", "decisions", "updates", "episodes", "best_survival",
+                                        "train_seconds", "time_split", "last_eval")}
+    info["llm"] = dict(summary.get("llm") or {})
+    info["resumed"] = resumed
+    return info
+
+
+def run_cell(spec: ExperimentSpec, row: RowSpec, seed: int | None, cfg: Config, out: Path, test_env: Any,
+             trained: dict[tuple[str, str], dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Train (training rows) and test one cell; returns the cell's record (see
+    :func:`~ace_hybrid.experiment.schedule.run_experiment`).
+
+    ``trained`` maps (run directory, training fingerprint) to a cell that already trained that run (a row of the
+    same ``deploy_topk``): its training is reused, not resumed.
+    """
+    # grid2op: imported when a cell runs, so that reading results.json (ace-hybrid report) needs no grid extra
+    from ace_hybrid.agents import make_agent
+    from ace_hybrid.grid.evaluation import evaluate
+
+    started = time.time()
+    train_info: dict[str, Any] | None = None
+    run_rel = None
+    if row.trains:
+        run_rel = run_dir_of(row, seed)
+        train_info = _training(cfg, out / run_rel, (trained or {}).get((run_rel, training_fingerprint(cfg))))
+        agent = make_agent(f"checkpoint:{out / run_rel / 'best.pt'}", test_env, topk=row.topk, cfg=cfg)
+    else:
+        agent = baseline_agent(row.kind, test_env, cfg, spec.greedy_budget)
+    report = evaluate(test_env, agent, spec.test_pairs, agent_name=row.name, max_steps=spec.test_max_steps or None,
+                      progress=cfg.log.progress)
+    test = report.to_dict()
+    if not row.trains and hasattr(agent, "llm_calls"):
+        # The LLM-only agent asks the model at test time; kept apart from the table's training refinements.
+        report_llm = {"calls": int(agent.llm_calls), "errors": int(getattr(agent, "llm_errors", 0)),
+                      "seconds": float(getattr(agent, "llm_seconds", 0.0))}
+    else:
+        report_llm = None
+    uses_llm = row.trains and cfg.llm.backend != "none"
+    llm = (train_info or {}).get("llm", {})
+    metrics = {
+        **episode_metrics(test["episodes"]),
+        "env_steps": train_info["env_steps"] if train_info else None,
+        "llm_calls": int(llm.get("calls", 0)) if uses_llm else None,
+        "llm_accepted": int(llm.get("accepted", 0)) if uses_llm else None,
+        "train_seconds": train_info["train_seconds"] if train_info else None,
+    }
+    return {
+        "cell": cell_id(row, seed), "row": row.id, "name": row.name, "kind": row.kind, "seed": seed,
+        "train_id": row.train_id, "deploy_topk": row.topk,
+        "fingerprint": fingerprint(spec, row, cfg),
+        "train_fingerprint": training_fingerprint(cfg) if row.trains else None,
+        "env": cfg.env.name, "llm_backend": cfg.llm.backend,
+        "dataset": test_env.ace_dataset.describe() if hasattr(test_env, "ace_dataset") else None,
+        "run_dir": run_rel, "started": started, "finished": time.time(), "metrics": metrics,
+        "train": train_info, "test": test, "test_llm": report_llm, "config": cfg.to_dict(),
+    }

@@ -1,0 +1,344 @@
+"""Experiment files: reading, checking and expanding them into table rows, each with its validated configuration.
+
+An experiment file (TOML) names the environment configuration, the held-out test episodes, the seeds and the rows::
+
+    name = "make_run"
+    config = "../configs/l2rpn_neurips_2020_track1.toml"  # relative to this file; its eval_pairs select best.pt
+    set = ["train.total_env_steps=5000"]                  # overrides applied to every row
+    ace_set = ["llm.backend=smollm2"]                     # overrides of the LLM rows (ace, lac)
+    seeds = [0, 1, 2]                                     # train.seed (and llm.seed) of the training rows
+    test_pairs = [[0, 100], [1, 101]]                     # held-out (scenario, seed): never env.eval_pairs
+    test_max_steps = 0                                    # cut test episodes (0: full length)
+    greedy_budget = 30                                    # simulations per decision of the greedy expert
+
+    [[rows]]
+    name = "ACE w/o actor"   # display name
+    kind = "ace"             # do-nothing | reco | greedy | tutor | lac | sac-only | expert-guided | ace
+    id = "ace-no-actor"      # file name of its cells (default: the name, lowercased, '-' for other characters)
+    set = ["ace.actor=false"]
+    deploy_topk = [0, 8]     # training rows only: one table row per value, all from the same training
+
+A row's configuration is: the config file, then ``set``, then ``ace_set`` (LLM rows), then the command line's
+``--set``, then the row's ``set``, then what its kind fixes (``llm.backend=none`` for sac-only and expert-guided),
+then ``train.seed = llm.seed = seed``. Every row's configuration is built and validated before anything runs, so a
+bad key fails at once with its name, and a kind that does not match its configuration (an expert-guided row without
+``train.tutor_steps``, a sac-only row with them, an ace row without an LLM) fails naming the row.
+
+Kinds are spelled as the command line's agents are (lowercase, hyphenated); a spelling of the unreleased 0.1.0
+(``donothing``, ``llm_lac``, ``sac_only``) is an error that names the new one.
+
+``deploy_topk``. A training row with ``deploy_topk = [0, 8]`` becomes two table rows, "NAME (policy alone)" (id
+``ID-alone``: the policy's most likely legal action; "A (B, policy alone)" for a name "A (B)") and "NAME + top-8
+check" (id ``ID-top8``: the 8 most likely legal actions and do nothing are simulated once each and the lowest
+simulated max rho is played). Both test the same ``best.pt`` of one training run per seed on the same pairs, so the
+difference between them is the check's share. ``best.pt`` itself is chosen on ``env.eval_pairs`` with the run's own
+``env.deploy_topk`` (8 by default), also for the row that tests the policy alone. Without ``deploy_topk`` a row is
+tested with its run's own ``env.deploy_topk``. ``--rows ID`` keeps every row made from ``ID``; ``--rows ID-top8``
+just that one.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from ace_hybrid.config import Config, load_config, read_toml
+
+BASELINE_KINDS: tuple[str, ...] = ("do-nothing", "reco", "greedy", "tutor", "lac")
+"""Rows that only test a fixed agent (:func:`ace_hybrid.agents.make_agent`'s names, and "tutor"). "greedy" is the
+greedy expert over the whole catalog with the file's ``greedy_budget`` simulations per decision; "tutor" is
+expert-guided RL's tutor acting alone: the greedy expert over the row's action set (``env.action_set``) with
+``train.tutor_budget`` simulations per decision; "lac" is the LLM-only LAC agent."""
+TRAINING_KINDS: tuple[str, ...] = ("sac-only", "expert-guided", "ace")
+"""Rows that train and then test best.pt: SAC alone; expert-guided RL (SAC after the greedy tutor's warm start,
+``train.tutor_steps`` > 0, whose decisions fill the validated partition the imitation term learns from); ACE with
+its LLM roles."""
+ROW_KINDS: tuple[str, ...] = BASELINE_KINDS + TRAINING_KINDS
+LLM_KINDS: tuple[str, ...] = ("lac", "ace")
+"""Rows that take the experiment's ``ace_set``."""
+RENAMED_KINDS = {"donothing": "do-nothing", "llm_lac": "lac", "sac_only": "sac-only"}
+"""Kinds of the unreleased 0.1.0 -> the one spelling now, named by the error an old one gets."""
+
+_TOP_KEYS = {"name", "description", "config", "set", "ace_set", "seeds", "test_pairs", "test_max_steps",
+             "greedy_budget", "rows"}
+_ROW_KEYS = {"name", "id", "kind", "set", "deploy_topk"}
+_ID = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
+
+
+@dataclass
+class RowSpec:
+    """One row of the table."""
+
+    id: str
+    """File-safe identifier (cells, run directories)."""
+    name: str
+    """Display name."""
+    kind: str
+    """One of :data:`ROW_KINDS`."""
+    overrides: list[str] = field(default_factory=list)
+    """``section.key=value`` overrides of this row."""
+    topk: int | None = None
+    """Top-k simulation check when testing best.pt (None: the run's own ``env.deploy_topk``)."""
+    train_id: str = ""
+    """Id of the training this row tests (its run directories); rows made by one ``deploy_topk`` share it."""
+    train_name: str = ""
+    """Display name of that training (the name in the experiment file)."""
+
+    def __post_init__(self) -> None:
+        self.train_id = self.train_id or self.id
+        self.train_name = self.train_name or self.name
+
+    @property
+    def trains(self) -> bool:
+        return self.kind in TRAINING_KINDS
+
+
+@dataclass
+class ExperimentSpec:
+    """A parsed experiment file (see the module docstring)."""
+
+    name: str
+    path: Path
+    config: Path | None
+    overrides: list[str]
+    ace_overrides: list[str]
+    cli_overrides: list[str]
+    seeds: list[int]
+    test_pairs: list[tuple[int, int]]
+    test_max_steps: int
+    greedy_budget: int
+    rows: list[RowSpec]
+    description: str = ""
+    row_filter: list[str] | None = None
+    """The ``rows`` argument of :func:`load_experiment` (None: every row)."""
+    seeds_replaced: bool = False
+    """Whether the ``seeds`` argument of :func:`load_experiment` replaced the file's."""
+
+    def cells(self) -> list[tuple[RowSpec, int | None]]:
+        """(row, seed) for every cell, in table order; baselines have one cell with seed None."""
+        return [(row, seed) for row in self.rows for seed in (self.seeds if row.trains else [None])]
+
+    def row_config(self, row: RowSpec, seed: int | None) -> Config:
+        """The validated configuration of one cell (ValueError naming the row and the bad key)."""
+        overrides = list(self.overrides)
+        if row.kind in LLM_KINDS:
+            overrides += self.ace_overrides
+        overrides += self.cli_overrides + row.overrides
+        if row.kind in ("sac-only", "expert-guided"):
+            overrides.append("llm.backend=none")
+        if seed is not None:
+            overrides += [f"train.seed={seed}", f"llm.seed={seed}"]
+        try:
+            cfg = load_config(self.config, overrides)
+        except (ValueError, FileNotFoundError) as exc:
+            raise type(exc)(f"row {row.name!r}: {exc}") from None
+        _check_kind(row, cfg)
+        return cfg
+
+    def command(self, out: str | Path) -> str:
+        """The ``ace-hybrid experiment`` command line that runs this experiment into ``out``."""
+        words = ["ace-hybrid", "experiment", "--config", str(self.path), "--out", str(out)]
+        for item in self.cli_overrides:
+            words += ["--set", item]
+        if self.row_filter is not None:
+            words += ["--rows", ",".join(self.row_filter)]
+        if self.seeds_replaced:
+            words += ["--seeds", ",".join(map(str, self.seeds))]
+        return shlex.join(words)
+
+
+def _check_kind(row: RowSpec, cfg: Config) -> None:
+    """A row's kind must say what its configuration trains (ValueError naming the row, the key and the fix)."""
+    if row.kind == "ace" and cfg.llm.backend == "none":
+        raise ValueError(f"row {row.name!r} (kind ace) has llm.backend = 'none': set one in ace_set or the "
+                         f"row's set (e.g. llm.backend=smollm2), or use kind sac-only")
+    if row.kind == "expert-guided" and cfg.train.tutor_steps == 0:
+        raise ValueError(f"row {row.name!r} (kind expert-guided) has train.tutor_steps = 0: give the tutor's warm "
+                         f"start in the row's set (e.g. train.tutor_steps=5000), or use kind sac-only")
+    if row.kind == "sac-only" and cfg.train.tutor_steps > 0:
+        raise ValueError(f"row {row.name!r} (kind sac-only) has train.tutor_steps = {cfg.train.tutor_steps}: "
+                         f"with the tutor's warm start it is expert-guided RL: use kind expert-guided")
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9_.]+", "-", name.lower()).strip("-.")
+
+
+def _str_list(value: Any, where: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"{where} = {value!r} must be a list of 'section.key=value' strings")
+    return list(value)
+
+
+def _int(value: Any, where: str, low: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ValueError(f"{where} = {value!r} must be an integer >= {low}")
+    return value
+
+
+def deployed_rows(row_id: str, name: str, kind: str, overrides: list[str], topks: Any, where: str) -> list[RowSpec]:
+    """The table rows of one training row: one per ``deploy_topk`` value, or the row itself without one."""
+    if topks is None:
+        return [RowSpec(row_id, name, kind, overrides)]
+    if kind not in TRAINING_KINDS:
+        raise ValueError(f"{where}.deploy_topk (row {name!r}): kind {kind!r} trains no policy; deploy_topk belongs to "
+                         f"the training rows ({', '.join(TRAINING_KINDS)})")
+    if (not isinstance(topks, list) or not topks
+            or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 0 for k in topks)
+            or len(set(topks)) != len(topks)):
+        raise ValueError(f"{where}.deploy_topk = {topks!r} (row {name!r}) must be a non-empty list of distinct "
+                         f"integers >= 0, e.g. [0, 8] (0: the policy alone)")
+    alone = f"{name[:-1]}, policy alone)" if name.endswith(")") else f"{name} (policy alone)"
+    return [RowSpec(f"{row_id}-alone", alone, kind, overrides, topk=0, train_id=row_id, train_name=name) if k == 0
+            else RowSpec(f"{row_id}-top{k}", f"{name} + top-{k} check", kind, overrides, topk=k, train_id=row_id,
+                         train_name=name)
+            for k in topks]
+
+
+def load_experiment(path: str | Path, overrides: Sequence[str] = (), *, rows: Sequence[str] | None = None,
+                    seeds: Sequence[int] | None = None) -> ExperimentSpec:
+    """Read and check an experiment file; build and validate every cell's configuration.
+
+    Parameters
+    ----------
+    path
+        The experiment TOML file.
+    overrides
+        ``section.key=value`` for every row (the command line's ``--set``), applied before each row's own.
+    rows
+        Row ids to keep (default all), in the file's order. The id of a row with ``deploy_topk`` keeps every table
+        row it makes; ``ID-alone`` or ``ID-top8`` keeps one.
+    seeds
+        Seeds replacing the file's ``seeds``.
+
+    Raises
+    ------
+    FileNotFoundError
+        For a missing experiment or configuration file.
+    ValueError
+        Naming the bad key, row, kind, seed or pair; or when a test pair is repeated, is also a checkpoint-selection
+        pair (``env.eval_pairs``) or is possibly a training episode.
+    """
+    path = Path(path)
+    data = read_toml(path, "experiment file")
+    unknown = set(data) - _TOP_KEYS
+    if unknown:
+        raise ValueError(f"{path}: unknown key(s) {', '.join(sorted(map(repr, unknown)))}; valid keys: "
+                         f"{', '.join(sorted(_TOP_KEYS))}")
+    config, seed_list, test_pairs = _config_path(data, path), _seeds(data, seeds), _test_pairs(data)
+    row_specs = _table_rows(data, path, rows)
+    spec = ExperimentSpec(
+        name=str(data.get("name", path.stem)), path=path, config=config,
+        overrides=_str_list(data.get("set", []), "set"), ace_overrides=_str_list(data.get("ace_set", []), "ace_set"),
+        cli_overrides=list(overrides), seeds=seed_list, test_pairs=test_pairs,
+        test_max_steps=_int(data.get("test_max_steps", 0), "test_max_steps", 0),
+        greedy_budget=_int(data.get("greedy_budget", 30), "greedy_budget", 2), rows=row_specs,
+        description=str(data.get("description", "")), row_filter=list(rows) if rows is not None else None,
+        seeds_replaced=seeds is not None)
+    for row, seed in spec.cells():
+        _check_held_out(spec, row, spec.row_config(row, seed))
+    return spec
+
+
+def _config_path(data: dict[str, Any], path: Path) -> Path | None:
+    """The file's ``config``, relative to the experiment file (None when it names none)."""
+    if "config" not in data:
+        return None
+    if not isinstance(data["config"], str):
+        raise ValueError(f"config = {data['config']!r} must be a path string")
+    config = Path(data["config"])
+    config = config if config.is_absolute() else (path.parent / config)
+    if not config.is_file():
+        raise FileNotFoundError(f"config = {data['config']!r}: {config} does not exist (paths are relative to "
+                                f"the experiment file)")
+    return config
+
+
+def _seeds(data: dict[str, Any], seeds: Sequence[int] | None) -> list[int]:
+    seed_list = list(seeds) if seeds is not None else data.get("seeds", [0])
+    if not isinstance(seed_list, list) or not seed_list:
+        raise ValueError(f"seeds = {seed_list!r} must be a non-empty list of integers >= 0")
+    seed_list = [_int(s, "seeds[]", 0) for s in seed_list]
+    if len(set(seed_list)) != len(seed_list):
+        raise ValueError(f"seeds = {seed_list!r} repeats a seed")
+    return seed_list
+
+
+def _test_pairs(data: dict[str, Any]) -> list[tuple[int, int]]:
+    pairs = data.get("test_pairs")
+    if (not isinstance(pairs, list) or not pairs
+            or not all(isinstance(p, list) and len(p) == 2 for p in pairs)):
+        raise ValueError(f"test_pairs = {pairs!r} must be a non-empty list of [scenario, seed] (held-out episodes)")
+    test_pairs = [(_int(s, "test_pairs[][0]", 0), _int(k, "test_pairs[][1]", 0)) for s, k in pairs]
+    repeated = sorted({p for p in test_pairs if test_pairs.count(p) > 1})
+    if repeated:
+        raise ValueError(f"test pair(s) {', '.join(f'[{s}, {k}]' for s, k in repeated)} appear more than once: each "
+                         f"held-out episode counts once in the intervals")
+    return test_pairs
+
+
+def _table_rows(data: dict[str, Any], path: Path, rows: Sequence[str] | None) -> list[RowSpec]:
+    """The table rows of the file's ``[[rows]]`` (``deploy_topk`` expanded), those named by ``rows`` only."""
+    raw_rows = data.get("rows")
+    if not isinstance(raw_rows, list) or not raw_rows:
+        raise ValueError(f"{path}: no [[rows]]: give at least one row (kinds: {', '.join(ROW_KINDS)})")
+    row_specs: list[RowSpec] = []
+    train_ids: list[str] = []
+    for i, raw in enumerate(raw_rows):
+        made = _file_row(raw, f"rows[{i}]")
+        train_ids.append(made[0].train_id)
+        row_specs += made
+    ids = [r.id for r in row_specs]
+    every = train_ids + [r.id for r in row_specs if r.id != r.train_id]
+    dupes = sorted({i for i in every if every.count(i) > 1})
+    if dupes:
+        raise ValueError(f"row id(s) {', '.join(dupes)} appear more than once: give each row a distinct id")
+    if rows is None:
+        return row_specs
+    missing = [r for r in rows if r not in ids and r not in train_ids]
+    if missing:
+        known = list(dict.fromkeys([*train_ids, *ids]))
+        raise ValueError(f"unknown row(s) {', '.join(map(repr, missing))}; rows of {path.name}: {', '.join(known)}")
+    return [r for r in row_specs if r.id in set(rows) or r.train_id in set(rows)]
+
+
+def _file_row(raw: dict[str, Any], where: str) -> list[RowSpec]:
+    """The table rows of one ``[[rows]]`` entry, checked."""
+    bad = set(raw) - _ROW_KEYS
+    if bad:
+        raise ValueError(f"{where}: unknown key(s) {', '.join(sorted(map(repr, bad)))}; valid keys: "
+                         f"{', '.join(sorted(_ROW_KEYS))}")
+    name = raw.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"{where}.name = {name!r} must be a non-empty string")
+    kind = raw.get("kind")
+    if kind in RENAMED_KINDS:
+        also = " ('expert-guided' for a row with train.tutor_steps > 0)" if kind == "sac_only" else ""
+        raise ValueError(f"{where}.kind = {kind!r} (row {name!r}) is now spelled {RENAMED_KINDS[kind]!r}{also}")
+    if kind not in ROW_KINDS:
+        raise ValueError(f"{where}.kind = {kind!r} (row {name!r}) is not one of {', '.join(ROW_KINDS)}")
+    row_id = raw.get("id", _slug(name))
+    if not isinstance(row_id, str) or not _ID.match(row_id):
+        raise ValueError(f"{where}.id = {row_id!r} must match {_ID.pattern}")
+    return deployed_rows(row_id, name, kind, _str_list(raw.get("set", []), f"{where}.set"), raw.get("deploy_topk"),
+                         where)
+
+
+def _check_held_out(spec: ExperimentSpec, row: RowSpec, cfg: Config) -> None:
+    """Test pairs must be neither checkpoint-selection pairs nor (possibly) training episodes."""
+    selection = {(int(s), int(k)) for s, k in cfg.env.eval_pairs}
+    for scenario, seed in spec.test_pairs:
+        if (scenario, seed) in selection:
+            raise ValueError(f"test pair [{scenario}, {seed}] is also in env.eval_pairs (row {row.name!r}), which "
+                             f"choose best.pt: test pairs must be held out")
+        if not row.trains:
+            continue
+        # Training episode k plays (train_scenarios[k % n], train_seed_start + k); at most total_env_steps episodes.
+        k = seed - cfg.env.train_seed_start
+        scenarios = cfg.env.train_scenarios
+        if 0 <= k < cfg.train.total_env_steps and scenarios[k % len(scenarios)] == scenario:
+            raise ValueError(f"test pair [{scenario}, {seed}] may be training episode {k} of row {row.name!r} "
+                             f"(env.train_seed_start = {cfg.env.train_seed_start}): pick other test seeds")

@@ -1,0 +1,237 @@
+"""The table's numbers: every row's metrics with 95% bootstrap intervals, and the paired differences it declares.
+
+Every test metric of a row is pooled over its episodes (seed x test pair) and given a 95% percentile bootstrap
+interval from :data:`BOOTSTRAP_DRAWS` draws with the generator seeded by :data:`BOOTSTRAP_SEED`. The design is crossed
+(every row plays the same test pairs; every training row trains with the same seeds), so a draw resamples the test
+pairs and, independently, the training seeds, each with replacement, and applies the same draw to every row (Owen's
+pigeonhole bootstrap for crossed designs, Ann. Appl. Stat. 2007); baselines have no seed level. The paired difference
+between two rows is computed within each draw, so what the rows share (the pairs, the seeds, one training for the
+rows of one ``deploy_topk``) cancels. Survival rate is grid2op's: total steps survived over total steps playable,
+summed over the episodes (not the mean of per-episode rates; the two agree when the episodes have equal lengths).
+With 2-3 seeds the seed level is coarse and the interval is a lower bound on the uncertainty.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from ace_hybrid.experiment.metrics import EPISODE_FIELDS, TEST_METRIC, TEST_METRICS, TRAIN_METRICS
+from ace_hybrid.experiment.spec import TRAINING_KINDS, ExperimentSpec, RowSpec
+
+BOOTSTRAP_DRAWS = 10_000
+"""Bootstrap draws of every interval."""
+BOOTSTRAP_SEED = 250602522
+"""Seed of the bootstrap's generator (numpy's default_rng), fixed so a table is reproduced to the digit."""
+LEVEL = 0.95
+"""Coverage of the intervals (percentile bootstrap)."""
+
+
+@dataclass(frozen=True)
+class Resample:
+    """One set of bootstrap draws over a crossed design (training seeds x test pairs), shared by every row.
+
+    A draw is a multiplicity for each test pair and, independently, for each training seed (resampling each with
+    replacement): a row's statistic in that draw weights the episode (seed s, pair p) by ``seed_counts[s] *
+    pair_counts[p]``. Rows without seeds (baselines) weight by the pairs alone.
+    """
+
+    seeds: tuple[int, ...]
+    """The training seeds, in the order of ``seed_counts``' columns."""
+    pair_counts: np.ndarray
+    """(draws, test pairs) int64: how often each test pair is drawn."""
+    seed_counts: np.ndarray
+    """(draws, seeds) int64: how often each training seed is drawn."""
+
+    @classmethod
+    def draw(cls, seeds: Sequence[int], n_pairs: int, draws: int = BOOTSTRAP_DRAWS,
+             seed: int = BOOTSTRAP_SEED) -> Resample:
+        """``draws`` resamples of ``n_pairs`` test pairs and of ``seeds``, from ``numpy.random.default_rng(seed)``
+        (pairs first, then seeds: the same arguments give the same draws)."""
+        if n_pairs < 1 or draws < 1:
+            raise ValueError(f"n_pairs = {n_pairs}, draws = {draws}: both must be >= 1")
+        rng = np.random.default_rng(seed)
+        pairs = rng.multinomial(n_pairs, np.full(n_pairs, 1.0 / n_pairs), size=draws)
+        n_seeds = max(1, len(seeds))
+        seed_counts = rng.multinomial(n_seeds, np.full(n_seeds, 1.0 / n_seeds), size=draws)
+        return cls(tuple(int(s) for s in seeds), pairs, seed_counts[:, : len(seeds)])
+
+    def statistic(self, row: dict[str, Any], key: str) -> tuple[float | None, np.ndarray]:
+        """A row's test metric ``key`` (:data:`~ace_hybrid.experiment.metrics.TEST_METRICS`) on all its episodes,
+        and in every draw (NaN where a draw leaves nothing to divide by).
+
+        ``row`` is a row of results.json: ``row["seeds"]`` (None for a baseline) and ``row["episodes"][field]``, a
+        (seeds, test pairs) matrix per field.
+        """
+        _, _, _, num, den, _ = TEST_METRIC[key]
+        if num not in row["episodes"]:  # a results.json written before this field was recorded
+            return None, np.full(self.pair_counts.shape[0], np.nan)
+        top = np.asarray(row["episodes"][num], dtype=np.float64)
+        bottom = np.asarray(row["episodes"][den], dtype=np.float64) if den else np.ones_like(top)
+        if top.shape[1] != self.pair_counts.shape[1]:
+            raise ValueError(f"row {row.get('id')!r} has {top.shape[1]} test pairs, the draws "
+                             f"{self.pair_counts.shape[1]}")
+        if np.isnan(top).any() or np.isnan(bottom).any():  # some cell did not record it: no figure, not a wrong one
+            return None, np.full(self.pair_counts.shape[0], np.nan)
+        if row["seeds"] == [None]:
+            weights = np.ones((self.pair_counts.shape[0], 1))
+        else:
+            missing = [s for s in row["seeds"] if s not in self.seeds]
+            if missing:
+                raise ValueError(f"row {row.get('id')!r} has seed(s) {missing} outside the draws' seeds {self.seeds}")
+            weights = self.seed_counts[:, [self.seeds.index(s) for s in row["seeds"]]].astype(np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            draws = ((weights @ top) * self.pair_counts).sum(1) / ((weights @ bottom) * self.pair_counts).sum(1)
+        total = float(bottom.sum())
+        return (float(top.sum()) / total if total else None), draws
+
+
+def interval(draws: np.ndarray, level: float = LEVEL) -> tuple[float | None, float | None]:
+    """The percentile interval of bootstrap draws (NaN draws ignored; (None, None) when all are NaN)."""
+    finite = draws[np.isfinite(draws)]
+    if finite.size == 0:
+        return None, None
+    lo, hi = np.percentile(finite, [50 * (1 - level), 50 * (1 + level)])
+    return float(lo), float(hi)
+
+
+def points(value: float) -> str:
+    """A survival difference in percentage points, signed: ``+12.5``."""
+    return f"{100 * value:+.1f}"
+
+
+def _seed_level(row: dict[str, Any]) -> list[int]:
+    return [] if row["seeds"] == [None] else list(row["seeds"])
+
+
+def paired_difference(resample: Resample, a: dict[str, Any], b: dict[str, Any],
+                      key: str = "survival_rate") -> dict[str, Any]:
+    """Row ``a`` minus row ``b`` on metric ``key``, with the interval of the difference within each draw.
+
+    Returns ``{"a", "b", "metric", "a_value", "b_value", "difference", "lo", "hi", "separated", "pairs", "seeds"}``;
+    ``separated`` is True when the interval excludes 0, the only case in which the report states a difference.
+    ``seeds`` counts the training seeds resampled (those of the training rows among the two).
+    """
+    va, da = resample.statistic(a, key)
+    vb, db = resample.statistic(b, key)
+    lo, hi = interval(da - db)
+    diff = None if va is None or vb is None else va - vb
+    return {"a": a["id"], "b": b["id"], "metric": key, "a_value": va, "b_value": vb, "difference": diff,
+            "lo": lo, "hi": hi, "separated": lo is not None and (lo > 0 or hi < 0),
+            "pairs": int(resample.pair_counts.shape[1]),
+            "seeds": len(set(_seed_level(a)) | set(_seed_level(b)))}
+
+
+def comparisons_to_make(rows: Sequence[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    """The table's declared comparisons, (row a, row b, why), fixed by the rows' kinds before any number is seen:
+
+    - the check's share: each ``+ top-k check`` row against its own ``(policy alone)`` row (same best.pt);
+    - against doing nothing: every training row (does learning help at all?);
+    - against SAC-only: every other training row against the SAC-only row deployed the same way;
+    - against expert-guided RL: every ACE row against the expert-guided row deployed the same way;
+    - against ACE: every other ACE row (a variant or an ablation) against the first ACE row deployed the same way;
+    - against the greedy expert: every other row;
+    - against the tutor (expert-guided RL's teacher acting alone): every training row with a top-k check.
+
+    SAC-only is the first ``sac-only`` training, expert-guided RL the first ``expert-guided`` one.
+    """
+    def first(kind: str, key: str = "id") -> str | None:
+        return next((r[key] for r in rows if r["kind"] == kind), None)
+
+    sac, guided, ace = first("sac-only", "train_id"), first("expert-guided", "train_id"), first("ace", "train_id")
+    greedy, tutor, nothing = first("greedy"), first("tutor"), first("do-nothing")
+
+    def same_deployment(train_id: str | None, row: dict[str, Any]) -> str | None:
+        return next((r["id"] for r in rows if train_id is not None and r["train_id"] == train_id
+                     and r.get("deploy_topk") == row.get("deploy_topk")), None)
+
+    out: list[tuple[str, str, str]] = []
+    for r in rows:
+        if r.get("deploy_topk"):
+            alone = next((x["id"] for x in rows if x["train_id"] == r["train_id"] and x.get("deploy_topk") == 0), None)
+            if alone:
+                out.append((r["id"], alone, "the top-k check's share"))
+    for r in rows:
+        if nothing is not None and r["kind"] in TRAINING_KINDS:
+            out.append((r["id"], nothing, "against doing nothing"))
+    for r in rows:
+        if r["kind"] in TRAINING_KINDS and r["train_id"] != sac:
+            other = same_deployment(sac, r)
+            if other:
+                out.append((r["id"], other, "against SAC-only"))
+    for r in rows:
+        if r["kind"] == "ace":
+            other = same_deployment(guided, r)
+            if other:
+                out.append((r["id"], other, "against expert-guided RL"))
+    for r in rows:
+        if r["kind"] == "ace" and r["train_id"] != ace:
+            other = same_deployment(ace, r)
+            if other:
+                out.append((r["id"], other, "against ACE"))
+    for r in rows:
+        if greedy is not None and r["id"] != greedy:
+            out.append((r["id"], greedy, "against the greedy expert"))
+    for r in rows:
+        if tutor is not None and r["kind"] in TRAINING_KINDS and r.get("deploy_topk"):
+            out.append((r["id"], tutor, "against the tutor"))
+    return list(dict.fromkeys(out))
+
+
+def compare_rows(rows: Sequence[dict[str, Any]], seeds: Sequence[int], n_pairs: int, *,
+                 draws: int = BOOTSTRAP_DRAWS, seed: int = BOOTSTRAP_SEED) -> list[dict[str, Any]]:
+    """The paired survival differences of :func:`comparisons_to_make` (see :func:`paired_difference`), each with
+    the names of its rows and why it is made."""
+    resample = Resample.draw(seeds, n_pairs, draws, seed)
+    by_id = {r["id"]: r for r in rows if r["n"]}
+    out = []
+    for a, b, why in comparisons_to_make([r for r in rows if r["n"]]):
+        result = paired_difference(resample, by_id[a], by_id[b])
+        out.append({**result, "a_name": by_id[a]["name"], "b_name": by_id[b]["name"], "why": why})
+    return out
+
+
+def _row_record(spec: ExperimentSpec, row: RowSpec, cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """One row of results.json: its per-episode matrices (cells x test pairs) and per-seed training costs."""
+    index = {tuple(p): i for i, p in enumerate(spec.test_pairs)}
+    episodes = {f: np.full((len(cells), len(index)), np.nan) for f in EPISODE_FIELDS}
+    for i, cell in enumerate(cells):
+        for e in (cell.get("test") or {}).get("episodes", []):
+            j = index.get((e["scenario"], e["seed"]))
+            if j is None:
+                raise ValueError(f"cell {cell['cell']} played ({e['scenario']}, {e['seed']}), not a test pair")
+            for f in EPISODE_FIELDS:
+                episodes[f][i, j] = np.nan if e.get(f) is None else float(e[f])
+    if cells and np.isnan(episodes["max_steps"]).any():
+        raise ValueError(f"row {row.id!r}: some cells lack test episodes; delete their files in cells/ and rerun")
+    guided = any(float((c.get("config") or {}).get("train", {}).get("tutor_steps", 0) or 0) > 0 for c in cells)
+    return {"id": row.id, "name": row.name, "kind": row.kind, "train_id": row.train_id, "train_name": row.train_name,
+            "deploy_topk": row.topk,
+            "expert_guided": guided, "n": len(cells), "seeds": [c["seed"] for c in cells],
+            "episodes": {f: episodes[f].tolist() for f in EPISODE_FIELDS}, "metrics": {}}
+
+
+def aggregate(spec: ExperimentSpec, cells: list[dict[str, Any]], *, draws: int = BOOTSTRAP_DRAWS,
+              seed: int = BOOTSTRAP_SEED) -> list[dict[str, Any]]:
+    """The table's rows, each with its per-episode matrices and, per metric, its value and interval.
+
+    Test metrics (:data:`~ace_hybrid.experiment.metrics.TEST_METRICS`): ``{"value"`` (pooled over the row's
+    episodes), ``"lo", "hi"`` (the 95% bootstrap interval of :class:`Resample`), ``"values"`` (per seed), ``"mean",
+    "std"`` (over seeds; std with 2+ values)``}``. Training costs: ``{"values", "mean", "std"}``.
+    """
+    rows = [_row_record(spec, row, [c for c in cells if c["row"] == row.id]) for row in spec.rows]
+    resample = Resample.draw(spec.seeds, len(spec.test_pairs), draws, seed)
+    for record in rows:
+        mine = [c for c in cells if c["row"] == record["id"]]
+        for key, *_ in (*TEST_METRICS, *TRAIN_METRICS):
+            values = [float(c["metrics"][key]) for c in mine if c["metrics"].get(key) is not None]
+            stat: dict[str, Any] = {"values": values, "mean": float(np.mean(values)) if values else None,
+                                    "std": float(np.std(values, ddof=1)) if len(values) >= 2 else None}
+            if key in TEST_METRIC and mine:
+                value, boot = resample.statistic(record, key)
+                stat["value"] = value
+                stat["lo"], stat["hi"] = interval(boot)
+            record["metrics"][key] = stat
+    return rows

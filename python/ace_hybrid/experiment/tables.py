@@ -1,0 +1,146 @@
+"""The experiment's outputs: ``results.json`` (rows with every per-episode value, the bootstrap's settings, the
+comparisons, every cell and the command that made them), ``results.csv`` (one line per row) and ``results.md`` (the
+table and the paired differences); ``report.md`` with figures is :mod:`ace_hybrid.report`'s. The one wording of a
+paired comparison's verdict (:func:`verdict`) is here too, for the tables and the report alike."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+from typing import Any
+
+from ace_hybrid.experiment.metrics import METRICS, SIMULATIONS_NOTE, TEST_METRICS, TRAIN_METRICS
+from ace_hybrid.experiment.spec import ExperimentSpec
+from ace_hybrid.experiment.statistics import LEVEL, points
+from ace_hybrid.files import atomic_write_json
+
+DIFFERENCES_NOTE = ("A − B is computed within each bootstrap draw on the same test pairs and training seeds, so what "
+                    "the rows share cancels. A difference is stated only when its 95% interval excludes 0; each "
+                    "interval is for its own comparison (no correction for their number): were no two rows different, "
+                    "about one comparison in twenty would still separate by chance.")
+"""How to read the paired differences (results.md and report.md)."""
+BOOTSTRAP_METHOD = ("percentile; test pairs and training seeds resampled independently with replacement (crossed "
+                    "design), the same draws for every row; numpy default_rng(seed).multinomial, pairs first, then "
+                    "seeds")
+"""How the intervals were drawn, as results.json records it."""
+
+
+def verdict(c: dict[str, Any], a: str = "A", b: str = "B") -> str:
+    """What a paired comparison (:func:`~ace_hybrid.experiment.statistics.paired_difference`) allows us to say, in
+    the one wording of the tables and the report: "``a`` survives longer" or "``b`` survives longer" only when the
+    interval of the difference excludes 0, else "not distinguishable"; "no data" when there is no difference."""
+    if c.get("difference") is None or c.get("lo") is None:
+        return "no data"
+    if not c["separated"]:
+        return "not distinguishable"
+    return f"{a} survives longer" if c["lo"] > 0 else f"{b} survives longer"
+
+
+def _fmt(fmt: str, value: float | None) -> str:
+    return "–" if value is None else fmt.format(value)
+
+
+def format_value(stat: dict[str, Any], fmt: str, with_interval: bool = True) -> str:
+    """``value [lo, hi]`` for a test metric (the value alone without ``with_interval``), ``mean`` over seeds for a
+    training cost, an en dash when there is nothing."""
+    if "value" in stat:
+        text = _fmt(fmt, stat["value"])
+        if with_interval and stat.get("lo") is not None and stat["value"] is not None:
+            text += f" [{fmt.format(stat['lo'])}, {fmt.format(stat['hi'])}]"
+        return text
+    return _fmt(fmt, stat.get("mean"))
+
+
+def _size(row: dict[str, Any]) -> str:
+    pairs = len(row["episodes"]["max_steps"][0]) if row["n"] and row["episodes"]["max_steps"] else 0
+    return f"{pairs}" if row["seeds"] == [None] else f"{row['n']} × {pairs}"
+
+
+def to_markdown(rows: list[dict[str, Any]]) -> str:
+    """The table: one line per row; outcomes with their 95% bootstrap interval, costs as points."""
+    shown = {key: show for key, _, _, _, _, show in TEST_METRICS}
+    head = "| Agent | seeds × test pairs | " + " | ".join(
+        f"{title} [95% CI]" if shown.get(key) else title for key, title, _ in METRICS) + " |"
+    rule = "|:---|---:|" + "---:|" * len(METRICS)
+    lines = [head, rule]
+    for r in rows:
+        cells = [format_value(r["metrics"][key], fmt, shown.get(key, False)) if key in r["metrics"] else "–"
+                 for key, _, fmt in METRICS]
+        lines.append(f"| {r['name']} | {_size(r)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def differences_markdown(comparisons: list[dict[str, Any]]) -> str:
+    """The paired differences in survival as a table, each with its :func:`verdict`."""
+    if not comparisons:
+        return "No comparisons: the table has no pair of rows it declares comparable."
+    lines = ["| A | B | why | survival A | survival B | A − B, points [95% CI] | verdict |",
+             "|:---|:---|:---|---:|---:|---:|:---|"]
+    for c in comparisons:
+        diff = ("–" if c["difference"] is None or c["lo"] is None
+                else f"{points(c['difference'])} [{points(c['lo'])}, {points(c['hi'])}]")
+        lines.append(f"| {c['a_name']} | {c['b_name']} | {c['why']} | {_fmt('{:.1%}', c['a_value'])} | "
+                     f"{_fmt('{:.1%}', c['b_value'])} | {diff} | {verdict(c)} |")
+    return "\n".join(lines)
+
+
+def to_csv(rows: list[dict[str, Any]]) -> str:
+    """results.csv: one line per row, every test metric with its interval and every training cost's mean and std."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(["id", "name", "kind", "train_id", "deploy_topk", "n"]
+                    + [f"{k}{s}" for k, *_ in TEST_METRICS for s in ("", "_lo", "_hi")]
+                    + [f"{k}_{s}" for k, _, _ in TRAIN_METRICS for s in ("mean", "std")])
+    for r in rows:
+        values = []
+        for key, *_ in TEST_METRICS:
+            stat = r["metrics"].get(key, {})
+            values += ["" if stat.get(s) is None else repr(stat[s]) for s in ("value", "lo", "hi")]
+        for key, _, _ in TRAIN_METRICS:
+            stat = r["metrics"].get(key, {})
+            values += ["" if stat.get(s) is None else repr(stat[s]) for s in ("mean", "std")]
+        writer.writerow([r["id"], r["name"], r["kind"], r["train_id"],
+                         "" if r["deploy_topk"] is None else r["deploy_topk"], r["n"], *values])
+    return buf.getvalue()
+
+
+def setup_text(spec: ExperimentSpec, cells: list[dict[str, Any]], draws: int, seed: int) -> str:
+    """The paragraph above the table: environment, test episodes, seeds, what each column counts, the bootstrap."""
+    envs = sorted({c["env"] for c in cells})
+    pairs = ", ".join(f"({s}, {k})" for s, k in spec.test_pairs)
+    cut = f", cut at {spec.test_max_steps} steps" if spec.test_max_steps else ""
+    deployed = sorted({c["config"]["env"]["deploy_topk"] for c in cells if c["run_dir"]})
+    selection = (f" best.pt is chosen on env.eval_pairs with the run's own check (env.deploy_topk = "
+                 f"{', '.join(map(str, deployed))}), also for the rows that test it alone." if deployed else "")
+    return (f"Environment: {', '.join(envs)}. {len(spec.test_pairs)} held-out test episodes (scenario, seed): "
+            f"{pairs}{cut}. Seeds of the training rows: {', '.join(map(str, spec.seeds))}; baselines are "
+            f"deterministic on fixed episodes and run once.{selection} Survival is total steps survived / total steps "
+            f"playable over a row's episodes (grid2op's aggregate, not the mean of per-episode rates); episode reward "
+            f"is the environment's reward summed over an episode, averaged over the episodes. {SIMULATIONS_NOTE} "
+            f"Training costs are means over seeds; times are wall-clock seconds. [95% CI]: percentile bootstrap, "
+            f"{draws:,} draws (numpy default_rng({seed})), resampling test pairs and training seeds (crossed), the "
+            f"same draws for every row; with {len(spec.seeds)} seed(s) the seed level is coarse.")
+
+
+def write_results(spec: ExperimentSpec, out: Path, tables: dict[str, Any], machine: dict[str, Any]) -> None:
+    """Write results.json, results.csv and results.md into ``out``.
+
+    ``tables`` holds ``rows`` (:func:`~ace_hybrid.experiment.statistics.aggregate`), ``comparisons``
+    (:func:`~ace_hybrid.experiment.statistics.compare_rows`), ``cells``, ``markdown`` (:func:`to_markdown`),
+    ``setup`` (:func:`setup_text`), ``command`` and the bootstrap's ``draws`` and ``seed``.
+    """
+    results = {"experiment": spec.name, "description": spec.description, "experiment_file": str(spec.path),
+               "command": tables["command"], "seeds": spec.seeds, "test_pairs": [list(p) for p in spec.test_pairs],
+               "test_max_steps": spec.test_max_steps, "setup": tables["setup"], "machine": machine,
+               "bootstrap": {"draws": tables["draws"], "seed": tables["seed"], "level": LEVEL,
+                             "method": BOOTSTRAP_METHOD,
+                             "survival": "total steps survived / total steps playable over a row's episodes"},
+               "rows": tables["rows"], "comparisons": tables["comparisons"], "cells": tables["cells"]}
+    atomic_write_json(out / "results.json", results)
+    (out / "results.csv").write_text(to_csv(tables["rows"]))
+    title = f"# {spec.name}\n\n" + (f"{spec.description}\n\n" if spec.description else "")
+    (out / "results.md").write_text(
+        title + f"Made by `{tables['command']}`.\n\n" + tables["setup"] + "\n\n" + tables["markdown"]
+        + "\n\n## Paired differences in survival\n\n" + differences_markdown(tables["comparisons"]) + "\n\n"
+        + DIFFERENCES_NOTE + "\n")
