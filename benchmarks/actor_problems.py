@@ -186,14 +186,14 @@ def reproduce(env: Any, catalog: Any, problem: dict[str, Any]) -> tuple[Any, Any
 
 def load_problems(path: Path, per_env: int, seed: int, rebuild: bool, envs: tuple[str, ...] = ENVS
                   ) -> list[dict[str, Any]]:
-    """The problem set at ``path`` (``.json`` or ``.json.gz``), built and saved first when missing, of another
-    format, or when ``rebuild``."""
+    """The problems of the set at ``path`` (``.json`` or ``.json.gz``) that offer a choice (two candidates or more);
+    the set is built and saved first when missing, of another format, or when ``rebuild``."""
     if path.is_file() and not rebuild:
         data = json.loads(_read_text(path))
         if data.get("format") == FORMAT:
-            return data["problems"]
+            return [p for p in data["problems"] if len(p["candidates"]) >= 2]
         print(f"{path} is of another format: rebuilding", file=sys.stderr)
-    return build_set(path, per_env, seed, envs)
+    return [p for p in build_set(path, per_env, seed, envs) if len(p["candidates"]) >= 2]
 
 
 def build_set(path: Path, per_env: int, seed: int, envs: tuple[str, ...], first_episode: int = 0
@@ -275,8 +275,8 @@ def position_controls(problems: list[dict[str, Any]]) -> dict[str, np.ndarray]:
     """Per-problem first-choice good rates of the rankers that read nothing but positions: the shortlist's first
     candidate, its best fixed position (chosen on these very problems: generous to the control), and any fixed
     letter under the shuffled orders (exactly a random choice, g / n)."""
-    n = min(len(p["good"]) for p in problems)
-    by_position = np.array([[float(p["good"][k]) for k in range(n)] for p in problems])
+    n = max(len(p["good"]) for p in problems)  # a problem with fewer candidates: its last one stands in
+    by_position = np.array([[float(p["good"][min(k, len(p["good"]) - 1)]) for k in range(n)] for p in problems])
     best = int(np.argmax(by_position.mean(axis=0)))
     return {"first candidate (shortlist order)": by_position[:, 0],
             f"best fixed position (shortlist order: {'ABCDEFGHIJKLMNOPQRSTUVWXYZ'[best]})": by_position[:, best],

@@ -68,7 +68,7 @@ def first_choice_table(problems: list[dict[str, Any]], results: dict[str, tuple[
     controls = ap.position_controls(problems)
     best_name = max(controls, key=lambda k: controls[k].mean())
     best = controls[best_name]
-    n = min(len(p["good"]) for p in problems)
+    n = max(len(p["good"]) for p in problems)
     rows = [[name, ap.ci(v), "control" if name != best_name else "best control", "", ""]
             for name, v in controls.items()]
     for ranker, (chosen, position) in results.items():

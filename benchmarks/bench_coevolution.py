@@ -78,7 +78,9 @@ def run_curve(args: argparse.Namespace, problems: list[dict[str, Any]], out: Pat
 
     show = args.setting == "reading"
     stream = training_stream(problems, args.seed)
-    evaluation = [p for p in problems if split_of(p) == args.split][: args.eval_limit or None]
+    evaluation = [p for p in problems if split_of(p) == args.split]
+    if args.eval_limit:  # every k-th: both grids in their proportions
+        evaluation = evaluation[:: max(1, len(evaluation) // args.eval_limit)][: args.eval_limit]
     points = [int(x) for x in args.pairs.split(",")]
     if points != sorted(set(points)) or points[0] < 0 or points[-1] > len(stream):
         raise SystemExit(f"--pairs {args.pairs}: increasing counts in [0, {len(stream)}] (training problems)")
@@ -139,7 +141,7 @@ def report(curve: dict[str, Any], problems: list[dict[str, Any]]) -> str:
     rows = [[f"control: {name}", ap.ci(v), "", "", ""] for name, v in controls.items()]
     rows.append(["reference: simulation ranker (lowest simulated loading)", ap.ci(ap.good_rate(evaluation, sim)),
                  "", "", ""])
-    n = min(len(p["good"]) for p in evaluation)
+    n = max(len(p["good"]) for p in evaluation)
     total = 0.0
     for point in curve["points"]:
         rate = ap.good_rate(evaluation, np.array(point["chosen"]))
@@ -190,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--envs", default=",".join(ap.ENVS))
     p.add_argument("--setting", choices=("reading", "knowledge"), default="reading")
     p.add_argument("--split", choices=("dev", "held-out"), default="dev", help="what the curve is evaluated on")
-    p.add_argument("--eval-limit", type=int, default=0, help="evaluate on the first N problems of the split (0: all)")
+    p.add_argument("--eval-limit", type=int, default=0, help="evaluate on N problems of the split, every k-th (0: all)")
     p.add_argument("--pairs", default="0,100,300,1000", help="training problems seen at each point")
     p.add_argument("--orders", type=int, default=2, help="pairs per training problem (letters spread evenly)")
     p.add_argument("--eval-orders", type=int, default=2, help="shuffled orders per evaluation problem")

@@ -84,7 +84,7 @@ def test_a_tiny_real_model_plays_only_legal_catalog_actions(make_grid_env, tiny_
                               reduction="mean")
     report = evaluate(env, agent, [(0, 0)], max_steps=4, progress=False)
     episode = report.episodes[0]
-    assert report.agent_name == "llm_lac"
+    assert report.agent_name == "lac"
     assert len(agent.log) == episode.decisions == agent.decisions >= 1
     assert all(legal and played for _, legal, played in agent.log), agent.log
     assert any(index != 0 for index, _, _ in agent.log), f"the model only did nothing: {agent.log}"

@@ -24,6 +24,7 @@ from ace_hybrid.grid.rules import SafeRule
 from ace_hybrid.grid.text import LineEndpoints
 from ace_hybrid.llm.actor import PolicyActor, rollout
 from ace_hybrid.llm.backend import CandidateScores, LLMError, new_stats
+from ace_hybrid.llm.rankers import _compact
 from ace_hybrid.grid.reward import step_reward
 from ace_hybrid.training.checkpoint import load_checkpoint_file
 from ace_hybrid.training.loop import train
@@ -67,12 +68,12 @@ class ScriptedBackend:
         return self._prefer([shown_options(prompt)[label] for label in tokens])
 
     def _prefer(self, texts: list[str]) -> np.ndarray:
-        rank = {t: i for i, t in enumerate(self.preference)}
+        rank = {_compact(t): i for i, t in enumerate(self.preference)}
         return np.array([-float(rank.get(c, 1000 + zlib.crc32(c.encode()) % 997)) for c in texts])
 
 
 def shown_options(prompt: Any) -> dict[str, str]:
-    """{label: candidate text} of an actor prompt, in the order shown."""
+    """{label: candidate text} of an actor prompt, in the order shown (compared with ``_compact(describe(i))``)."""
     lines = re.findall(r"^([A-Z])\. (.*)$", prompt[-1]["content"], flags=re.M)
     return {label: text.split(" | ")[0] for label, text in lines}
 
@@ -153,8 +154,8 @@ def test_failed_proposals_are_fed_back_until_a_better_one_is_accepted(setting) -
         assert ref.accepted and ref.rollout.reward >= baseline + actor.min_improvement
         assert ref.improvement == pytest.approx(ref.rollout.reward - baseline)
         assert ref.prompt == backend.prompts[-1]
-        assert f"{ref.answer}. {catalog.describe(ref.action)} | max " in ref.prompt[-1]["content"]
-        assert shown_options(ref.prompt)[ref.answer] == catalog.describe(ref.action)
+        assert f"{ref.answer}. {_compact(catalog.describe(ref.action))} | max " in ref.prompt[-1]["content"]
+        assert shown_options(ref.prompt)[ref.answer] == _compact(catalog.describe(ref.action))
         assert ref.tried == tried[: ref.rounds]
         assert ref.action == tried[ref.rounds - 1]
         for i in tried[: ref.rounds - 1]:  # every rejected proposal really was no better
@@ -253,8 +254,8 @@ def test_candidates_are_shown_in_a_seeded_shuffled_order_and_the_label_maps_back
         for seed in range(24):
             ref = actor.refine(snapshot, obs, 0, shortlist=cands, order_seed=seed)
             shown = list(shown_options(actor.backend.prompts[-1]).values())
-            assert sorted(shown) == sorted(catalog.describe(i) for i in cands)
-            assert ref.positions == [0] and catalog.describe(ref.tried[0]) == shown[0]  # A maps to what stood there
+            assert sorted(shown) == sorted(_compact(catalog.describe(i)) for i in cands)
+            assert ref.positions == [0] and _compact(catalog.describe(ref.tried[0])) == shown[0]  # A: what stood there
             chosen.append(ref.tried[0])
             orders.append(tuple(shown))
         again = actor.refine(snapshot, obs, 0, shortlist=cands, order_seed=3)

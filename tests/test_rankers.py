@@ -37,9 +37,10 @@ def test_the_prompt_shows_the_candidates_in_their_order_with_or_without_effects(
     assert "C. disconnect line 7 | grid collapses or action refused" in reading
     assert "Also tried, not better: reconnect line 9. Outcome: danger again after 1 steps." in reading
     knowledge = _problem(show_effects=False).prompt()[-1]["content"]
-    assert "\nB. substation 4: load 2 to bus 2; the rest stay on bus 1\n" in knowledge and "max" not in knowledge
+    assert "\nB. substation 4: load 2 to bus 2\n" in knowledge and "max" not in knowledge  # the rest: implied
     moved = _problem().reordered([3, 0, 2, 1])
-    assert list(_shown(moved.prompt()).values()) == [TEXTS[3], TEXTS[0], TEXTS[2], TEXTS[1]]
+    assert list(_shown(moved.prompt()).values()) == [TEXTS[3], TEXTS[0], TEXTS[2], "substation 4: load 2 to bus 2"]
+    assert moved.texts[3] == TEXTS[1]  # the prompt leaves out what every bus assignment says
     assert moved.effects[1] == EFFECTS[0]
     assert ChoiceProblem.from_dict(moved.to_dict()) == moved
 

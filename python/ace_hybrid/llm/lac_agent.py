@@ -1,4 +1,4 @@
-"""LAC as an LLM-only agent (the "llm_lac" row of the experiment table).
+"""LAC as an LLM-only agent (the "lac" row of the experiment table).
 
 In a danger state the agent shows the language model a short list of legal candidates -- do nothing (catalog
 index 0) and the catalog's heuristic shortlist (:meth:`ActionCatalog.shortlist`), in a seeded shuffled order so
@@ -63,7 +63,7 @@ class LACAgent(RuleAgent):
         Catalog index of the latest decision (-1 before the first).
     """
 
-    name = "llm_lac"
+    name = "lac"
 
     def __init__(
         self,

@@ -113,12 +113,13 @@ class ChoiceProblem:
         """The chat prompt; the answer is one label."""
         lines = [f"State: {self.state_text}", f"Played: {self.rl_text}. Outcome: {self.rl_outcome}."]
         lines += [f"Also tried, not better: {text}. Outcome: {outcome}." for text, outcome in self.failed]
+        texts = [_compact(t) for t in self.texts]
         if self.show_effects:
             lines.append("Options, each simulated one step:")
-            lines += [f"{LABELS[k]}. {t} | {describe_effect(e)}" for k, (t, e) in enumerate(zip(self.texts, self.effects))]
+            lines += [f"{LABELS[k]}. {t} | {describe_effect(e)}" for k, (t, e) in enumerate(zip(texts, self.effects))]
         else:
             lines.append("Options:")
-            lines += [f"{LABELS[k]}. {t}" for k, t in enumerate(self.texts)]
+            lines += [f"{LABELS[k]}. {t}" for k, t in enumerate(texts)]
         lines.append("Which option keeps the grid safest? Answer with its letter.")
         return [{"role": "system", "content": DOMAIN_PREFIX}, {"role": "user", "content": "\n".join(lines)}]
 
@@ -140,6 +141,12 @@ class ChoiceProblem:
         effects = tuple(CandidateEffect(float(e[0]), int(e[1]), int(e[2]), bool(e[3])) for e in d["effects"])
         return cls(d["state_text"], d["rl_text"], d["rl_outcome"], tuple(d["texts"]), effects,
                    tuple((str(t), str(o)) for t, o in d["failed"]), bool(d["show_effects"]))
+
+
+def _compact(action_text: str) -> str:
+    """An action's text without what every bus assignment says (the elements not named stay on bus 1): shorter
+    prompts, cheaper calls and fine-tuning steps."""
+    return action_text.removesuffix("; the rest stay on bus 1")
 
 
 class Ranker:
