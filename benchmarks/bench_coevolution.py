@@ -96,16 +96,23 @@ def run_curve(args: argparse.Namespace, problems: list[dict[str, Any]], out: Pat
             backend.load_adapter(out / f"adapter-{done[-1]}")
     curve["prompt_tokens"] = prompt_tokens(backend, evaluation, show)
     previous = done[-1] if done else 0
+    model = args.backend.replace("/", "_").replace(":", "_")
+    base = out.parent / f"base-{model}-{args.setting}-{args.split}-{len(evaluation)}x{args.eval_orders}.json"
     for n in points[len(done):]:
         entry: dict[str, Any] = {"pairs": n, "finetune_seconds": 0.0, "steps": 0, "losses": []}
-        if n > previous:
+        if n == 0 and base.is_file():  # the untrained model's answers: the same for every configuration
+            entry.update(json.loads(base.read_text()))
+        elif n > previous:
             chunk = [(ap.choice_problem(p, show), ap.best_candidate(p)) for p in stream[previous:n]]
             pairs = content_pairs(chunk, args.orders, args.seed + n)
             stats = backend.finetune(pairs, rank=args.rank, alpha=2.0 * args.rank, lr=args.lr, epochs=args.epochs,
                                      batch_size=args.batch_size)
             backend.save_adapter(out / f"adapter-{n}")
             entry.update(finetune_seconds=stats.seconds, steps=stats.steps, losses=list(stats.losses))
-        entry.update(evaluate(backend, evaluation, args.eval_orders, show))
+        if "chosen" not in entry:
+            entry.update(evaluate(backend, evaluation, args.eval_orders, show))
+            if n == 0:
+                base.write_text(json.dumps({k: entry[k] for k in ("chosen", "position", "seconds")}))
         curve["points"].append(entry)
         path.write_text(json.dumps(curve))
         print(f"{n} problems: first choice accepted {np.mean(ap.good_rate(evaluation, np.array(entry['chosen']))):.3f}"

@@ -80,6 +80,21 @@ def test_an_old_spelling_names_the_new_one(make_grid_env, old: str, new: str) ->
         make_agent(old, make_grid_env("l2rpn_case14_sandbox"))
 
 
+def test_the_random_candidate_control_plays_the_lac_agents_candidates_at_random(make_grid_env) -> None:
+    from ace_hybrid.grid.catalog import ActionCatalog
+    from ace_hybrid.grid.env import reset_episode
+
+    env = make_grid_env("l2rpn_case14_sandbox")
+    catalog = ActionCatalog.for_env(env)
+    obs = reset_episode(env, 0, 0)
+    agent = make_agent("random-candidate", env, threshold=0.0)
+    options = {0, *(int(i) for i in catalog.shortlist(obs, agent.candidates - 1))}
+    played = [catalog.index_of(agent.act(obs, 0.0)) for _ in range(60)]
+    assert set(played) == options  # every candidate, nothing else
+    again = make_agent("random-candidate", env, threshold=0.0)
+    assert [catalog.index_of(again.act(obs, 0.0)) for _ in range(60)] == played  # seeded
+
+
 def test_evaluate_command_end_to_end(tmp_path) -> None:
     out = tmp_path / "eval"
     proc = subprocess.run(

@@ -8,6 +8,8 @@ name                          agent
 ``greedy``                    simulates ``budget`` catalog actions (:class:`~ace_hybrid.grid.agents.GreedyExpertAgent`)
 ``checkpoint:PATH``           a trained SAC or ACE policy (:func:`ace_hybrid.training.policy.load_agent`)
 ``lac``                       the LLM-only LAC agent of ``cfg.llm`` (:mod:`ace_hybrid.llm.lac_agent`)
+``random-candidate``          a random one of the LAC agent's candidates, its control
+                              (:class:`~ace_hybrid.grid.agents.RandomCandidateAgent`)
 ============================  ======================================================================
 
 The names are the experiment files' row kinds too (one spelling: lowercase, hyphenated). Every agent decides only
@@ -20,11 +22,12 @@ import copy
 from typing import Any
 
 from ace_hybrid.config import Config, LLMConfig
-from ace_hybrid.grid.agents import DoNothingAgent, GreedyExpertAgent, RecoPowerlineAgent, RuleAgent
+from ace_hybrid.grid.agents import (DoNothingAgent, GreedyExpertAgent, RandomCandidateAgent, RecoPowerlineAgent,
+                                    RuleAgent)
 
 __all__ = ["AGENT_NAMES", "RENAMED_AGENTS", "make_agent"]
 
-AGENT_NAMES = ("do-nothing", "reco", "greedy", "checkpoint:PATH", "lac")
+AGENT_NAMES = ("do-nothing", "reco", "greedy", "checkpoint:PATH", "lac", "random-candidate")
 """The names :func:`make_agent` accepts (``checkpoint:`` followed by a path)."""
 RENAMED_AGENTS = {"donothing": "do-nothing", "llm_lac": "lac"}
 """Spellings of the unreleased 0.1.0 -> the one name now; an old spelling is a ValueError that names the new one."""
@@ -61,6 +64,12 @@ def make_agent(spec: str, env: Any, *, threshold: float | None = None, budget: i
         from ace_hybrid.grid.catalog import ActionCatalog
 
         return GreedyExpertAgent(env.action_space, ActionCatalog.for_env(env), budget=budget, threshold=threshold)
+    if spec == "random-candidate":
+        from ace_hybrid.grid.catalog import ActionCatalog
+
+        cfg = cfg or Config()
+        return RandomCandidateAgent(env.action_space, ActionCatalog.for_env(env), candidates=cfg.ace.candidates,
+                                    threshold=threshold, seed=cfg.train.seed)
     if spec.startswith("checkpoint:"):
         from ace_hybrid.training.policy import load_agent
 

@@ -13,7 +13,8 @@ An experiment file (TOML) names the environment configuration, the held-out test
 
     [[rows]]
     name = "ACE w/o actor"   # display name
-    kind = "ace"             # do-nothing | reco | greedy | tutor | lac | sac-only | expert-guided | ace
+    kind = "ace"             # do-nothing | reco | greedy | tutor | lac | random-candidate
+                             # | sac-only | expert-guided | ace
     id = "ace-no-actor"      # file name of its cells (default: the name, lowercased, '-' for other characters)
     set = ["ace.actor=false"]
     deploy_topk = [0, 8]     # training rows only: one table row per value, all from the same training
@@ -47,11 +48,12 @@ from typing import Any, Sequence
 
 from ace_hybrid.config import Config, load_config, read_toml
 
-BASELINE_KINDS: tuple[str, ...] = ("do-nothing", "reco", "greedy", "tutor", "lac")
+BASELINE_KINDS: tuple[str, ...] = ("do-nothing", "reco", "greedy", "tutor", "lac", "random-candidate")
 """Rows that only test a fixed agent (:func:`ace_hybrid.agents.make_agent`'s names, and "tutor"). "greedy" is the
 greedy expert over the whole catalog with the file's ``greedy_budget`` simulations per decision; "tutor" is
 expert-guided RL's tutor acting alone: the greedy expert over the row's action set (``env.action_set``) with
-``train.tutor_budget`` simulations per decision; "lac" is the LLM-only LAC agent."""
+``train.tutor_budget`` simulations per decision; "lac" is the LLM-only LAC agent and "random-candidate" its control,
+a random one of the same candidates."""
 TRAINING_KINDS: tuple[str, ...] = ("sac-only", "expert-guided", "ace")
 """Rows that train and then test best.pt: SAC alone; expert-guided RL (SAC after the greedy tutor's warm start,
 ``train.tutor_steps`` > 0, whose decisions fill the validated partition the imitation term learns from); ACE with

@@ -133,3 +133,36 @@ class GreedyExpertAgent(RuleAgent):
             if rho < best_rho:
                 best_index, best_rho = int(index), rho
         return best_index
+
+
+class RandomCandidateAgent(RuleAgent):
+    """Plays a uniformly random one of the candidates the LLM-only LAC agent chooses among (do nothing and the
+    catalog's shortlist): the control that tells whether the LAC agent's choices add anything to its candidates.
+
+    Parameters
+    ----------
+    action_space
+        The environment's action space.
+    catalog
+        The environment's :class:`~ace_hybrid.grid.catalog.ActionCatalog`.
+    candidates
+        Candidates, do nothing included (>= 2), as ``ace.candidates`` gives the LAC agent.
+    threshold
+        Danger threshold on max rho.
+    seed
+        Seed of the choices.
+    """
+
+    name = "random-candidate"
+
+    def __init__(self, action_space: Any, catalog: Any, candidates: int = 8, threshold: float = 0.9,
+                 seed: int = 0) -> None:
+        super().__init__(action_space, threshold)
+        if candidates < 2:
+            raise ValueError(f"candidates = {candidates} out of range [2, inf): do nothing and at least one other")
+        self.catalog, self.candidates = catalog, int(candidates)
+        self.rng = np.random.default_rng(seed)
+
+    def decide(self, observation: Any) -> Any:
+        options = [0, *(int(i) for i in self.catalog.shortlist(observation, self.candidates - 1))]
+        return self.catalog.action(options[int(self.rng.integers(len(options)))])
