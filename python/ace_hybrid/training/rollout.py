@@ -53,7 +53,7 @@ import numpy as np
 
 from ace_hybrid.config import Config
 from ace_hybrid.grid.action_set import ActionSet
-from ace_hybrid.grid.agents import GreedyExpertAgent
+from ace_hybrid.grid.agents import make_tutor
 from ace_hybrid.grid.catalog import ActionCatalog
 from ace_hybrid.grid.env import make_env, reset_episode
 from ace_hybrid.grid.features import ObservationFeatures, RunningNormalizer
@@ -200,8 +200,7 @@ class RolloutWorker:
         self.features = ObservationFeatures(self.env)
         self.normalizer = RunningNormalizer(self.features.dim)
         self.safe_rule = SafeRule(self.env.action_space, threshold=cfg.env.threshold)
-        self.tutor = (GreedyExpertAgent(self.env.action_space, self.actions, budget=cfg.train.tutor_budget,
-                                        threshold=cfg.env.threshold) if spec.tutor_steps else None)
+        self.tutor = make_tutor(self.env, cfg, self.actions) if spec.tutor_steps else None
         # Workers act on the CPU, whatever the learner's device: N processes must not each claim a GPU.
         self.sac = DiscreteSAC(self.features.dim, len(self.actions), dataclasses.replace(cfg.sac, device="cpu"),
                                action_features=self.actions.features(), seed=spec.seed)

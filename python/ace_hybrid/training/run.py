@@ -16,7 +16,7 @@ import torch
 
 from ace_hybrid.config import Config
 from ace_hybrid.grid.action_set import ActionSet, action_set_indices
-from ace_hybrid.grid.agents import GreedyExpertAgent
+from ace_hybrid.grid.agents import make_tutor
 from ace_hybrid.grid.catalog import ActionCatalog
 from ace_hybrid.grid.env import make_env, n_scenarios
 from ace_hybrid.grid.features import MaskFromFeatures, ObservationFeatures, RunningNormalizer
@@ -102,8 +102,7 @@ class Run:
         self.masks = MaskFromFeatures(self.features, self.actions)
         self.normalizer = RunningNormalizer(self.features.dim)
         self.safe_rule = SafeRule(self.env.action_space, threshold=cfg.env.threshold)
-        self.tutor = (GreedyExpertAgent(self.env.action_space, self.actions, budget=cfg.train.tutor_budget,
-                                        threshold=cfg.env.threshold) if cfg.train.tutor_steps else None)
+        self.tutor = make_tutor(self.env, cfg, self.actions) if cfg.train.tutor_steps else None
         """The expert-guided warm start's greedy tutor over the action set (``train.tutor_steps``)."""
         self.sac = DiscreteSAC(self.features.dim, len(self.actions), cfg.sac,
                                action_features=self.actions.features(), seed=cfg.train.seed)
