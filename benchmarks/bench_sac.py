@@ -37,7 +37,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from ace_hybrid.sac import DiscreteSAC, SACConfig, UpdateResult, _float_array, _mask_array  # noqa: E402
+from ace_hybrid.sac import DiscreteSAC, SACConfig, UpdateResult  # noqa: E402
+from ace_hybrid.sac.agent import float_array, mask_array  # noqa: E402
 
 BATCH, N_ACTIONS, OBS_DIM = 256, 67_105, 300
 N_SUB, N_LINE, DIM_TOPO = 36, 59, 177
@@ -339,18 +340,18 @@ def reference_update(agent: DiscreteSAC, obs: np.ndarray, action: np.ndarray, re
 
 def _old_batch(self: DiscreteSAC, obs: Any, action: Any, reward: Any, next_obs: Any, done: Any, weight: Any,
                mask: Any, next_mask: Any, steps: Any) -> dict[str, torch.Tensor]:
-    o = _float_array(obs, "obs", (-1, self.obs_dim))
+    o = float_array(obs, "obs", (-1, self.obs_dim))
     bsz = o.shape[0]
     if bsz < 1:
         raise ValueError("obs has 0 rows: expected a batch of at least 1 transition")
-    no = _float_array(next_obs, "next_obs", (bsz, self.obs_dim))
-    r = _float_array(reward, "reward", (bsz,))
-    w = _float_array(weight, "weight", (bsz,))
+    no = float_array(next_obs, "next_obs", (bsz, self.obs_dim))
+    r = float_array(reward, "reward", (bsz,))
+    w = float_array(weight, "weight", (bsz,))
     if (w < 0).any():
         raise ValueError(f"weight has a negative entry ({float(w.min())}): expected values in [0, inf)")
-    d = _mask_array(done, "done", (bsz,))
-    m = _mask_array(mask, "mask", (bsz, self.n_actions))
-    nm = _mask_array(next_mask, "next_mask", (bsz, self.n_actions))
+    d = mask_array(done, "done", (bsz,))
+    m = mask_array(mask, "mask", (bsz, self.n_actions))
+    nm = mask_array(next_mask, "next_mask", (bsz, self.n_actions))
     a = np.asarray(action)
     if a.shape != (bsz,) or not np.issubdtype(a.dtype, np.integer):
         raise ValueError(f"action has shape {a.shape} and dtype {a.dtype}: expected ({bsz},) integers")

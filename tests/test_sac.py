@@ -12,19 +12,17 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from ace_hybrid.sac import (  # noqa: E402
-    DiscreteSAC,
-    SACConfig,
-    UpdateResult,
-    _Factors,
-    _mask_logits_,
-    _pack_mask,
-    _policy_gradient,
-    _sample_actions,
-    _sampled_logit_grad,
-    _soft_stream,
-    _Stream,
-    _Workspace,
+from ace_hybrid.sac import DiscreteSAC, SACConfig, UpdateResult  # noqa: E402
+from ace_hybrid.sac.stream import (  # noqa: E402
+    Factors,
+    Stream,
+    Workspace,
+    mask_logits_,
+    pack_mask,
+    policy_gradient,
+    sample_actions,
+    sampled_logit_grad,
+    soft_stream,
 )
 
 SMALL = dict(hidden=(32,), embed_dim=8, batch_size=16)
@@ -153,27 +151,27 @@ def test_sampled_and_greedy_actions_are_always_legal() -> None:
 
 
 def _packed(legal: torch.Tensor) -> torch.Tensor:
-    return torch.from_numpy(_pack_mask(legal.numpy()))
+    return torch.from_numpy(pack_mask(legal.numpy()))
 
 
-def _factors(values: torch.Tensor) -> _Factors:
+def _factors(values: torch.Tensor) -> Factors:
     """Factors whose scores are exactly ``values`` (B, n): h = values, E = identity, no bias."""
     n = values.shape[1]
-    return _Factors(values.clone(), torch.eye(n), torch.zeros(n))
+    return Factors(values.clone(), torch.eye(n), torch.zeros(n))
 
 
 def _stream(logits: torch.Tensor, q: torch.Tensor | None, legal: torch.Tensor, alpha: float, mode: str,
-            rows: int = 32) -> tuple[_Stream, _Workspace]:
+            rows: int = 32) -> tuple[Stream, Workspace]:
     """A stream over (B, n) logits and Q values with blocks of ``rows`` actions (several blocks for n > rows)."""
-    ws = _Workspace(logits.shape[1], logits.shape[0], torch.device("cpu"), rows=rows)
+    ws = Workspace(logits.shape[1], logits.shape[0], torch.device("cpu"), rows=rows)
     q_f = None if q is None else _factors(q)
-    return _soft_stream(_factors(logits), q_f, q_f, _packed(legal), alpha, ws, mode), ws
+    return soft_stream(_factors(logits), q_f, q_f, _packed(legal), alpha, ws, mode), ws
 
 
 def test_masked_logits_become_finfo_min_never_minus_inf() -> None:
     keep = torch.tensor([[1.0, 0.0, 1.0, 0.0]])
     logits = torch.tensor([[3.0, -1e6, 1e-3, 1e6]])
-    masked = _mask_logits_(logits.clone(), keep, torch.empty(1, 4))
+    masked = mask_logits_(logits.clone(), keep, torch.empty(1, 4))
     fmin = torch.finfo(torch.float32).min
     assert masked[0, 1].item() == fmin and masked[0, 3].item() == fmin
     assert masked[0, 0].item() == 3.0 and masked[0, 2].item() == pytest.approx(1e-3)
@@ -183,8 +181,8 @@ def test_masked_logits_become_finfo_min_never_minus_inf() -> None:
 def test_packed_masks_unpack_to_the_legal_blocks() -> None:
     rng = np.random.default_rng(0)
     legal = rng.random((5, 203)) < 0.4
-    ws = _Workspace(203, 5, torch.device("cpu"))
-    packed = torch.from_numpy(_pack_mask(legal))
+    ws = Workspace(203, 5, torch.device("cpu"))
+    packed = torch.from_numpy(pack_mask(legal))
     for lo, hi in [(0, 64), (64, 160), (160, 203)]:
         assert np.array_equal(ws.legal_block(packed, lo, hi).numpy(), legal[:, lo:hi].T.astype(np.float32))
 
@@ -260,7 +258,7 @@ def test_streamed_policy_gradient_matches_autograd() -> None:
     assert torch.allclose((st.log_z - st.mean_z).double(), ref_entropy, atol=1e-4)
     # With h = logits and E = identity, d loss / d E = grad.T h and d loss / d h = grad; the bias gets grad.sum(0).
     f = _factors(logits)
-    d_h, d_emb, d_bias = _policy_gradient(f, st, ws, scale)
+    d_h, d_emb, d_bias = policy_gradient(f, st, ws, scale)
     assert torch.allclose(d_h.double(), scale * ref_grad, atol=1e-6)
     assert torch.allclose(d_bias.double(), scale * ref_grad.sum(0), atol=1e-6)
     assert torch.allclose(d_emb.double(), scale * ref_grad.t() @ logits.double(), atol=1e-4)
@@ -282,7 +280,7 @@ def test_illegal_logits_far_above_the_legal_ones_change_nothing(mode: str) -> No
     assert torch.allclose((-st.mean_w - alpha * st.log_z).double()[ok], ref_loss[ok], atol=1e-4)
     if mode == "grad":
         assert torch.allclose((st.log_z - st.mean_z).double()[ok], ref_entropy[ok], atol=1e-4)
-        d_h, _, _ = _policy_gradient(_factors(logits), st, ws, 1.0)
+        d_h, _, _ = policy_gradient(_factors(logits), st, ws, 1.0)
         assert torch.allclose(d_h.double(), ref_grad, atol=1e-6)
 
 
@@ -306,7 +304,7 @@ def test_sampled_actions_follow_the_policy_and_are_never_illegal() -> None:
     gen = torch.Generator().manual_seed(3)
     counts = torch.zeros(b, n, dtype=torch.float64)
     for _ in range(draws):
-        a = _sample_actions(st, ws, k, gen)
+        a = sample_actions(st, ws, k, gen)
         assert legal.gather(1, a).all()
         counts.scatter_add_(1, a, torch.ones(b, k, dtype=torch.float64))
     pi = torch.softmax(logits.double().masked_fill(~legal, -1e300), 1)
@@ -335,9 +333,9 @@ def test_sampled_policy_gradient_is_unbiased() -> None:
     s2 = torch.zeros(b, n, dtype=torch.float64)
     hits = torch.zeros(b, n)
     for _ in range(draws):
-        a = _sample_actions(st, ws, k, gen)
+        a = sample_actions(st, ws, k, gen)
         f = alpha * (logits.gather(1, a) - st.log_z[:, None]) - q.gather(1, a)
-        one = torch.zeros(b, n, dtype=torch.float64).scatter_add_(1, a, _sampled_logit_grad(f, 1.0).double())
+        one = torch.zeros(b, n, dtype=torch.float64).scatter_add_(1, a, sampled_logit_grad(f, 1.0).double())
         s1 += one
         s2 += one**2
         hits.scatter_add_(1, a, torch.ones(b, k))
@@ -812,8 +810,6 @@ def test_cuda_agent_matches_the_cpu_agent_and_checkpoints_cross_devices(policy_s
 
 @pytest.mark.parametrize("head", ["lowrank", "linear"])
 def test_the_imitation_gradient_is_the_gradient_of_the_cloning_loss(head: str) -> None:
-    from ace_hybrid.sac import _Factors
-
     rng = np.random.default_rng(11)
     agent = DiscreteSAC(5, 30, SACConfig(**SMALL, head=head), seed=1)
     b = agent._batch(**_batch(rng, 16, 5, 30), imitation=np.r_[np.zeros(13), [0.5, 1.0, 2.0]].astype(np.float32))
@@ -828,7 +824,7 @@ def test_the_imitation_gradient_is_the_gradient_of_the_cloning_loss(head: str) -
     loss = -(w * logp.gather(1, b["action"][:, None])[:, 0]).sum() / 16
     loss.backward()
     d_h, d_emb, d_bias = torch.zeros_like(h), torch.zeros_like(emb), torch.zeros_like(bias)
-    agent._add_imitation(_Factors(h.detach(), emb.detach(), bias.detach()), b, d_h, d_emb, d_bias)
+    agent._add_imitation(Factors(h.detach(), emb.detach(), bias.detach()), b, d_h, d_emb, d_bias)
     assert agent._imitation_loss == pytest.approx(float(loss.detach()), rel=1e-9)
     for mine, ref in ((d_h, h.grad), (d_emb, emb.grad), (d_bias, bias.grad)):
         torch.testing.assert_close(mine, ref, rtol=1e-9, atol=1e-12)
