@@ -10,5 +10,6 @@ from __future__ import annotations
 
 from ace_hybrid.config import HEADS, SACConfig
 from ace_hybrid.sac.agent import DiscreteSAC, UpdateResult
+from ace_hybrid.sac.batch import UpdateBatch
 
-__all__ = ["DiscreteSAC", "HEADS", "SACConfig", "UpdateResult"]
+__all__ = ["DiscreteSAC", "HEADS", "SACConfig", "UpdateBatch", "UpdateResult"]

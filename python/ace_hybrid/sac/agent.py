@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import asdict
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -14,6 +15,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ace_hybrid.config import SACConfig
+from ace_hybrid.sac.batch import UpdateBatch, check_dims, float_array, mask_array, to_tensors
 from ace_hybrid.sac.networks import ScoreNet, SparseFeatures
 from ace_hybrid.sac.stream import (
     DTYPE,
@@ -240,32 +242,15 @@ class DiscreteSAC:
 
     # ---------------------------------------------------------------------------------- learning
 
-    def update(self, obs: np.ndarray, action: np.ndarray, reward: np.ndarray, next_obs: np.ndarray,
-               done: np.ndarray, weight: np.ndarray, mask: np.ndarray, next_mask: np.ndarray,
-               steps: np.ndarray | None = None, imitation: np.ndarray | None = None) -> UpdateResult:
+    def update(self, batch: UpdateBatch) -> UpdateResult:
         """One gradient step of the critics, the actor and the temperature, then the Polyak target update.
 
         Parameters
         ----------
-        obs, next_obs : numpy.ndarray, (B, D) float32
-        action : numpy.ndarray, (B,) int64
-            Legal under ``mask``.
-        reward : numpy.ndarray, (B,) float32
-            Reward accumulated over the transition's ``steps`` environment steps.
-        done : numpy.ndarray, (B,) bool
-            Terminal: no bootstrap. A truncation is not done.
-        weight : numpy.ndarray, (B,) float32
-            Importance-sampling weights (>= 0), applied to the critic losses.
-        mask, next_mask : numpy.ndarray, (B, n) bool
-            Legal actions in ``obs`` and in ``next_obs``. A row of ``next_mask`` may be all False only
-            where ``done``.
-        steps : numpy.ndarray, (B,) integer, optional
-            Environment steps k >= 1 spanned by each transition: the bootstrap is discounted by gamma**k.
-            None: 1 everywhere.
-        imitation : numpy.ndarray, (B,) float32, optional
-            Weights w_i >= 0 of an auxiliary behaviour-cloning term added to the actor's loss,
-            ``(1/B) sum_i w_i (-log pi(a_i | s_i))``: rows whose action was validated (an expert's or an
-            accepted LLM refinement) pull the policy towards it. None or all zero: the plain SAC actor loss.
+        batch : UpdateBatch
+            B transitions (observations normalised by the caller, the legal masks of both states, the IS weights,
+            optional ``steps`` and ``imitation``), checked when it was built; here its D and n must match this
+            agent's.
 
         Returns
         -------
@@ -275,17 +260,28 @@ class DiscreteSAC:
         Raises
         ------
         ValueError
-            A shape, dtype or value problem, naming the argument (e.g. an ``action`` masked in ``mask``).
+            ``batch.obs`` or ``batch.legal_mask`` does not fit this agent (naming the field and both shapes).
+        TypeError
+            ``batch`` is not an :class:`UpdateBatch`.
         """
-        b = self._batch(obs, action, reward, next_obs, done, weight, mask, next_mask, steps, imitation)
-        alpha = float(self.log_alpha.detach().exp())
-        ws = self._workspace_for(b["obs"].shape[0])
+        b = self._tensors(batch)
+        ws = self._workspace_for(batch.size)
         # The actor's action factors are cached since acting (or made in the target's pass): both passes use
         # them, and the actor step back-propagates into the encoder from the hidden layer they hold.
-        y = self._soft_target(b, alpha, ws)
-        critic_loss, q_a, gn_critic = self._critic_step(b, y)
         step = self._actor_step_sampled if self.cfg.policy_samples else self._actor_step
-        actor_loss, entropy, gn_actor = step(b, alpha, ws)
+        return self._apply_update(b, lambda alpha: self._soft_target(b, alpha, ws),
+                                  lambda alpha: step(b, alpha, ws))
+
+    def _apply_update(self, b: dict[str, torch.Tensor], soft_target: Callable[[float], torch.Tensor],
+                      actor_step: Callable[[float], tuple[torch.Tensor, ...]]) -> UpdateResult:
+        """The update's sequence, given the two parts that pass over every action (``soft_target(alpha)``: y;
+        ``actor_step(alpha)``: the actor's loss, per-state entropy and gradient norm, its step taken): the critic
+        step, the actor step, the temperature step, the Polyak update and the metrics. The dense reference update
+        (:func:`ace_hybrid.sac.reference.reference_update`) runs the same sequence with its own two parts."""
+        alpha = float(self.log_alpha.detach().exp())
+        y = soft_target(alpha)
+        critic_loss, q_a, gn_critic = self._critic_step(b, y)
+        actor_loss, entropy, gn_actor = actor_step(alpha)
         target_entropy = self.cfg.target_entropy_ratio * b["n_legal"].to(DTYPE).log()
         alpha_loss = self._alpha_step(entropy, target_entropy)
         with torch.no_grad():
@@ -303,6 +299,21 @@ class DiscreteSAC:
         if self._imitation_loss is not None:
             metrics["imitation_loss"] = self._imitation_loss
         return UpdateResult(td.cpu().numpy().astype(np.float32, copy=False), metrics)
+
+    def _tensors(self, batch: UpdateBatch) -> dict[str, torch.Tensor]:
+        """The batch as tensors on this agent's device (:func:`~ace_hybrid.sac.batch.to_tensors`), plus the masks
+        packed by :func:`~ace_hybrid.sac.stream.pack_mask` (``legal_packed``, ``next_packed``), the legal actions
+        per row (``n_legal``) and the imitation rows (``imit_rows``, their weights ``imit_w`` and masks
+        ``imit_mask``)."""
+        check_dims(batch, self.obs_dim, self.n_actions)
+        b = to_tensors(batch, self.device)
+        packed = pack_mask(batch.legal_mask)
+        weights = np.zeros(batch.size, np.float32) if batch.imitation is None else batch.imitation
+        rows = np.flatnonzero(weights > 0)
+        extra = {"legal_packed": packed, "next_packed": pack_mask(batch.next_legal_mask),
+                 "n_legal": count_legal(packed, batch.legal_mask), "imit_rows": rows.astype(np.int64),
+                 "imit_w": weights[rows], "imit_mask": batch.legal_mask[rows]}
+        return {**b, **{name: torch.from_numpy(x).to(self.device) for name, x in extra.items()}}
 
     def _apply_actor_gradient(self, h: torch.Tensor, d_h: torch.Tensor, emb: torch.Tensor, d_emb: torch.Tensor,
                               d_bias: torch.Tensor) -> torch.Tensor:
@@ -353,7 +364,7 @@ class DiscreteSAC:
         with torch.no_grad():
             pi = self._stream_factors("actor", nxt)
             st = soft_stream(pi, self._stream_factors("q1_target", nxt),
-                             self._stream_factors("q2_target", nxt), b["next_mask"], alpha, ws, "value")
+                             self._stream_factors("q2_target", nxt), b["next_packed"], alpha, ws, "value")
             v_next = torch.where(st.any_legal, st.mean_w + alpha * st.log_z, 0.0)
             discount = torch.pow(torch.tensor(self.cfg.gamma, dtype=DTYPE, device=self.device), b["steps"])
             return b["reward"] + discount * (~b["done"]).to(DTYPE) * v_next
@@ -394,7 +405,7 @@ class DiscreteSAC:
         h, pi_stream, pi = self._actor_factors(obs)
         with torch.no_grad():
             st = soft_stream(pi_stream, self._stream_factors("q1", obs), self._stream_factors("q2", obs),
-                             b["mask"], alpha, ws, "grad")
+                             b["legal_packed"], alpha, ws, "grad")
             loss = (-st.mean_w - alpha * st.log_z).mean()
             entropy = policy_entropy(st, b["n_legal"])
             d_h, d_emb, d_bias = policy_gradient(pi, st, ws, 1.0 / obs.shape[0],
@@ -416,7 +427,7 @@ class DiscreteSAC:
         bsz = obs.shape[0]
         h, pi_stream, pi = self._actor_factors(obs)
         with torch.no_grad():
-            st = soft_stream(pi_stream, None, None, b["mask"], alpha, ws, "sample")
+            st = soft_stream(pi_stream, None, None, b["legal_packed"], alpha, ws, "sample")
             actions = sample_actions(st, ws, self.cfg.policy_samples, self._policy_generator)
             flat = actions.reshape(-1)
             emb_a = pi.emb.index_select(0, flat).view(*actions.shape, -1)  # (B, K, k)
@@ -442,57 +453,6 @@ class DiscreteSAC:
         torch.nn.utils.clip_grad_norm_([self.log_alpha], self.cfg.grad_clip)
         self.alpha_opt.step()
         return loss.detach()
-
-    def _batch(self, obs: Any, action: Any, reward: Any, next_obs: Any, done: Any, weight: Any, mask: Any,
-               next_mask: Any, steps: Any, imitation: Any = None) -> dict[str, torch.Tensor]:
-        """Checks an update's arguments and returns them as tensors on the agent's device (no copy on a CPU
-        where possible); the masks packed by :func:`pack_mask`."""
-        o = float_array(obs, "obs", (-1, self.obs_dim))
-        bsz = o.shape[0]
-        if bsz < 1:
-            raise ValueError("obs has 0 rows: expected a batch of at least 1 transition")
-        no = float_array(next_obs, "next_obs", (bsz, self.obs_dim))
-        r = float_array(reward, "reward", (bsz,))
-        w = float_array(weight, "weight", (bsz,))
-        if (w < 0).any():
-            raise ValueError(f"weight has a negative entry ({float(w.min())}): expected values in [0, inf)")
-        d = mask_array(done, "done", (bsz,))
-        m = mask_array(mask, "mask", (bsz, self.n_actions))
-        nm = mask_array(next_mask, "next_mask", (bsz, self.n_actions))
-        a = np.asarray(action)
-        if a.shape != (bsz,) or not np.issubdtype(a.dtype, np.integer):
-            raise ValueError(f"action has shape {a.shape} and dtype {a.dtype}: expected ({bsz},) integers")
-        a = a.astype(np.int64, copy=False)
-        if ((a < 0) | (a >= self.n_actions)).any():
-            bad = int(np.flatnonzero((a < 0) | (a >= self.n_actions))[0])
-            raise ValueError(f"action[{bad}] = {int(a[bad])} out of range [0, {self.n_actions})")
-        legal = m[np.arange(bsz), a]
-        if not legal.all():
-            bad = int(np.flatnonzero(~legal)[0])
-            raise ValueError(f"action[{bad}] = {int(a[bad])} is illegal: mask[{bad}, {int(a[bad])}] is False")
-        packed, next_packed = pack_mask(m), pack_mask(nm)
-        n_next = count_legal(next_packed, nm)
-        if ((n_next == 0) & ~d).any():
-            bad = int(np.flatnonzero((n_next == 0) & ~d)[0])
-            raise ValueError(f"next_mask[{bad}] has no legal action but done[{bad}] is False: "
-                             "a non-terminal next state needs at least one legal action")
-        if steps is None:
-            k = np.ones(bsz, np.float32)
-        else:
-            k = np.asarray(steps)
-            if k.shape != (bsz,) or not np.issubdtype(k.dtype, np.integer):
-                raise ValueError(f"steps has shape {k.shape} and dtype {k.dtype}: expected ({bsz},) integers")
-            if (k < 1).any():
-                raise ValueError(f"steps has an entry {int(k.min())} out of range [1, inf)")
-            k = k.astype(np.float32)
-        iw = np.zeros(bsz, np.float32) if imitation is None else float_array(imitation, "imitation", (bsz,))
-        if (iw < 0).any():
-            raise ValueError(f"imitation has a negative entry ({float(iw.min())}): expected values in [0, inf)")
-        rows = np.flatnonzero(iw > 0)
-        arrays = {"obs": o, "next_obs": no, "reward": r, "weight": w, "done": d, "mask": packed,
-                  "next_mask": next_packed, "action": a, "steps": k, "n_legal": count_legal(packed, m),
-                  "imit_rows": rows.astype(np.int64), "imit_w": iw[rows], "imit_mask": m[rows]}
-        return {name: torch.from_numpy(x).to(self.device) for name, x in arrays.items()}
 
     # ---------------------------------------------------------------------------------- checkpoints
 
@@ -604,31 +564,3 @@ def _to_cpu(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):
         return type(obj)(_to_cpu(v) for v in obj)
     return obj
-
-
-def float_array(x: Any, name: str, shape: tuple[int, ...]) -> np.ndarray:
-    arr = np.asarray(x)
-    if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
-        raise ValueError(f"{name} has dtype {arr.dtype}: expected float32")
-    expected = tuple(arr.shape[i] if s == -1 and i < arr.ndim else s for i, s in enumerate(shape))
-    if arr.shape != expected:
-        raise ValueError(f"{name} has shape {arr.shape}: expected {_shape_text(shape)}")
-    arr = np.ascontiguousarray(arr, dtype=np.float32)
-    if not np.isfinite(arr).all():
-        raise ValueError(f"{name} has a non-finite entry (NaN or inf)")
-    return arr
-
-
-def mask_array(x: Any, name: str, shape: tuple[int, ...]) -> np.ndarray:
-    arr = np.asarray(x)
-    if arr.dtype != np.bool_:
-        if not np.issubdtype(arr.dtype, np.integer) or ((arr != 0) & (arr != 1)).any():
-            raise ValueError(f"{name} has dtype {arr.dtype}: expected bool (or 0/1 integers)")
-        arr = arr.astype(np.bool_)
-    if arr.shape != shape:
-        raise ValueError(f"{name} has shape {arr.shape}: expected {_shape_text(shape)}")
-    return np.ascontiguousarray(arr)
-
-
-def _shape_text(shape: tuple[int, ...]) -> str:
-    return "(" + ", ".join("B" if s == -1 else str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"

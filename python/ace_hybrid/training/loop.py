@@ -49,6 +49,8 @@ from ace_hybrid.files import remove_stale_temps
 from ace_hybrid.grid.env import reset_episode
 from ace_hybrid.grid.evaluation import EvaluationReport, evaluate
 from ace_hybrid.grid.rules import in_danger
+from ace_hybrid.replay import ReplayBatch
+from ace_hybrid.sac import UpdateBatch
 from ace_hybrid.training.ace import attach_llm
 from ace_hybrid.training.checkpoint import clock_train_time, restore, save_checkpoint
 from ace_hybrid.training.executors import import_ray, make_executor
@@ -344,18 +346,25 @@ def update(run: Run) -> None:
         return
     t0 = time.perf_counter()
     for _ in range(cfg.train.updates_per_decision):
-        batch = run.replay.sample(cfg.sac.batch_size, is_exponent=cfg.replay.is_exponent)
-        extra = {}
-        if cfg.train.imitation_weight > 0:  # pull the policy towards the batch's validated actions
-            extra["imitation"] = cfg.train.imitation_weight * (batch.from_llm & batch.valid).astype(np.float32)
-        result = run.sac.update(
-            run.normalizer(batch.obs), batch.action, batch.reward, run.normalizer(batch.next_obs), batch.done,
-            batch.weight, run.masks(batch.obs), run.masks(batch.next_obs), **extra)
-        run.replay.update_priorities(batch.index, np.abs(result.td_error) + cfg.replay.priority_eps)
+        drawn = run.replay.sample(cfg.sac.batch_size, is_exponent=cfg.replay.is_exponent)
+        result = run.sac.update(update_batch(run, drawn))
+        run.replay.update_priorities(drawn.index, np.abs(result.td_error) + cfg.replay.priority_eps)
         run.counters.updates += 1
     run.time_split["update"] += time.perf_counter() - t0
     if run.counters.updates % 10 == 0:
         run.logger.write(run.counters.env_steps, {f"sac/{k}": v for k, v in result.metrics.items()})
+
+
+def update_batch(run: Run, drawn: ReplayBatch) -> UpdateBatch:
+    """What SAC learns from a replay batch: observations normalised, the legal masks of both states rebuilt from the
+    stored features, the IS weights, and (``train.imitation_weight``) the imitation weight of the validated rows --
+    the tutor's decisions and accepted LLM refinements, which pull the policy towards their actions."""
+    imitation = None
+    if run.cfg.train.imitation_weight > 0:
+        imitation = run.cfg.train.imitation_weight * (drawn.from_llm & drawn.valid).astype(np.float32)
+    return UpdateBatch(obs=run.normalizer(drawn.obs), action=drawn.action, reward=drawn.reward,
+                       next_obs=run.normalizer(drawn.next_obs), done=drawn.done, weight=drawn.weight,
+                       legal_mask=run.masks(drawn.obs), next_legal_mask=run.masks(drawn.next_obs), imitation=imitation)
 
 
 def on_schedule(run: Run, since: int | None = None) -> None:
