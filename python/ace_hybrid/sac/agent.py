@@ -204,7 +204,8 @@ class DiscreteSAC:
             raise ValueError("mask has no legal action: at least one entry must be True")
         return torch.from_numpy(o).to(self.device).unsqueeze(0), m
 
-    def act(self, obs: np.ndarray, mask: np.ndarray, *, deterministic: bool = False) -> int:
+    def act(self, obs: np.ndarray, mask: np.ndarray, *, deterministic: bool = False,
+            generator: SamplingGenerator | None = None) -> int:
         """One legal action for one state: sampled from the policy, or its most likely legal action.
 
         Parameters
@@ -214,7 +215,10 @@ class DiscreteSAC:
             Legality; at least one True.
         deterministic : bool
             True: the legal action with the largest logit (ties: lowest index). False: a draw from the masked
-            softmax with the agent's own generator (part of :meth:`state_dict`).
+            softmax with ``generator``.
+        generator : SamplingGenerator, optional
+            Where the draw comes from; None: the agent's own generator (part of :meth:`state_dict`). The training
+            loop passes one seeded per episode, so that an episode's draws do not depend on which worker plays it.
 
         Returns
         -------
@@ -225,7 +229,7 @@ class DiscreteSAC:
         logits = self._scores("actor", o)[0].cpu().numpy()
         if deterministic:
             return int(masked_argmax(logits, m))
-        return int(masked_sample(logits, m, generator=self._generator).actions)
+        return int(masked_sample(logits, m, generator=generator or self._generator).actions)
 
     def q_values(self, obs: np.ndarray, mask: np.ndarray) -> npt.NDArray[np.float32]:
         """(n,) float32: min(Q1, Q2)(obs, a) for every action, -inf where ``mask`` is False."""
