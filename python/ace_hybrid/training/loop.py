@@ -54,7 +54,7 @@ from ace_hybrid.replay import ReplayBatch
 from ace_hybrid.sac import UpdateBatch
 from ace_hybrid.training.ace import attach_llm
 from ace_hybrid.training.checkpoint import clock_train_time, restore, save_checkpoint
-from ace_hybrid.training.executors import import_ray, make_executor
+from ace_hybrid.training.executors import Executor, import_ray, make_executor
 from ace_hybrid.training.metrics import Throughput
 from ace_hybrid.training.policy import agent_of
 from ace_hybrid.training.rollout import TransitionBatch, plan_workers, policy_weights, session_budget
@@ -196,7 +196,7 @@ def learn(run: Run, bar: Any) -> None:
         executor.close()
 
 
-def _collect(run: Run, executor: Any) -> TransitionBatch | None:
+def _collect(run: Run, executor: Executor) -> TransitionBatch | None:
     """The next batch; with remote workers, the time waited for it is the learner's idle time."""
     t0 = time.perf_counter()
     batch = executor.collect(timeout=0.5)
