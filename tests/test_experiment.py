@@ -575,4 +575,4 @@ def test_groups_with_a_language_model_run_first_then_trainings_then_baselines() 
     # The LLM-only agent asks the model at every test decision: left to the end it would run alone for most of an hour.
     assert kinds[0] == "lac" and set(kinds[:llm]) == {"lac", "ace"}
     assert set(kinds[llm:llm + trained]) == {"sac-only", "expert-guided"}
-    assert set(kinds[llm + trained:]) == {"do-nothing", "reco", "greedy", "tutor"}
+    assert set(kinds[llm + trained:]) == {"do-nothing", "reco", "greedy", "tutor", "random-candidate"}
