@@ -278,6 +278,10 @@ def _add_experiment(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     ex.add_argument("--jobs", type=_positive_int, default=1, metavar="N",
                     help="run N cells at once in worker processes (default 1; a cell's figures do not depend on "
                     "it, its times do)")
+    ex.add_argument("--on", choices=("test", "validation"), default="test",
+                    help="the pairs every row is tested on: the held-out test_pairs (default), or the file's "
+                    "validation_pairs, where configurations are chosen: writes OUT/results-validation.{json,csv,md} "
+                    "from OUT/cells-validation/, never mixed with the test results (the trained runs are shared)")
     ex.add_argument("--no-report", action="store_true", help="skip report.md and its figures")
     ex.add_argument("--no-progress", action="store_true", help="hide the progress bars")
 
@@ -377,18 +381,21 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 def cmd_experiment(args: argparse.Namespace) -> int:
     from ace_hybrid.experiment import load_experiment, run_experiment
+    from ace_hybrid.experiment.tables import results_name
 
     rows = [r.strip() for r in args.rows.split(",") if r.strip()] if args.rows else None
-    spec = load_experiment(args.config, args.overrides, rows=rows, seeds=args.seeds)
+    spec = load_experiment(args.config, args.overrides, rows=rows, seeds=args.seeds, on=args.on)
     out = args.out or Path("runs") / spec.name
     result = run_experiment(spec, out, progress=not args.no_progress, jobs=args.jobs)
-    if not args.no_report:
+    report = not args.no_report and spec.on == "test"  # report.md describes the test results only
+    if report:
         from ace_hybrid.report import write_report
 
         write_report(out)
     print(result["markdown"])
-    print(f"\n{len(result['ran'])} cell(s) run, {len(result['reused'])} reused; written: {out}/results.json, "
-          f"results.csv, results.md" + ("" if args.no_report else ", report.md"))
+    written = ", ".join(results_name(spec, ext) for ext in ("json", "csv", "md"))
+    print(f"\n{len(result['ran'])} cell(s) run, {len(result['reused'])} reused; written: {out}/{written}"
+          + (", report.md" if report else ""))
     return 0
 
 

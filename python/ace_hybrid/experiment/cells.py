@@ -43,7 +43,8 @@ def training_fingerprint(cfg: Config) -> str:
 
 def fingerprint(spec: ExperimentSpec, row: RowSpec, cfg: Config) -> str:
     """What a cell's result depends on (logging settings excluded), hashed."""
-    what = {"kind": row.kind, "config": _settings(cfg), "test_pairs": spec.test_pairs,
+    # "test_pairs" names the pairs played, the validation pairs under --on validation (key kept: old cells match).
+    what = {"kind": row.kind, "config": _settings(cfg), "test_pairs": spec.pairs,
             "test_max_steps": spec.test_max_steps,
             "greedy_budget": spec.greedy_budget if row.kind == "greedy" else None}
     if row.topk is not None:
@@ -133,7 +134,7 @@ def run_cell(spec: ExperimentSpec, row: RowSpec, seed: int | None, cfg: Config, 
         agent = make_agent(f"checkpoint:{out / run_rel / 'best.pt'}", test_env, topk=row.topk, cfg=cfg)
     else:
         agent = baseline_agent(row.kind, test_env, cfg, spec.greedy_budget)
-    report = evaluate(test_env, agent, spec.test_pairs, agent_name=row.name, max_steps=spec.test_max_steps or None,
+    report = evaluate(test_env, agent, spec.pairs, agent_name=row.name, max_steps=spec.test_max_steps or None,
                       progress=cfg.log.progress)
     test = report.to_dict()
     if not row.trains and hasattr(agent, "llm_calls"):

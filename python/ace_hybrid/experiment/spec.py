@@ -8,8 +8,11 @@ An experiment file (TOML) names the environment configuration, the held-out test
     ace_set = ["llm.backend=smollm2"]                     # overrides of the LLM rows (ace, lac)
     seeds = [0, 1, 2]                                     # train.seed (and llm.seed) of the training rows
     test_pairs = [[0, 100], [1, 101]]                     # held-out (scenario, seed): never env.eval_pairs
+    validation_pairs = [[0, 200], [1, 201]]               # where configurations are chosen (--on validation)
     test_max_steps = 0                                    # cut test episodes (0: full length)
     greedy_budget = 30                                    # simulations per decision of the greedy expert
+    primary = [["ACE (policy alone)", "SAC-only (policy alone)"],   # A - B, named before the run: Holm-corrected
+               ["each trained row (policy alone)", "DoNothing"]]
 
     [[rows]]
     name = "ACE w/o actor"   # display name
@@ -36,6 +39,21 @@ difference between them is the check's share. ``best.pt`` itself is chosen on ``
 ``env.deploy_topk`` (8 by default), also for the row that tests the policy alone. Without ``deploy_topk`` a row is
 tested with its run's own ``env.deploy_topk``. ``--rows ID`` keeps every row made from ``ID``; ``--rows ID-top8``
 just that one.
+
+``validation_pairs``. Configurations (budget, action set, updates per decision, r_bar, ...) are chosen on these,
+never on the test pairs: ``ace-hybrid experiment --on validation`` (``on="validation"``) tests every row on them
+instead and writes ``results-validation.{json,csv,md}`` from ``cells-validation/``, apart from the test results; the
+trained runs in ``runs/`` are shared by the two. Test pairs, validation pairs and every row's ``env.eval_pairs``
+(which choose best.pt) must be pairwise disjoint, and neither test nor validation pairs may be training episodes
+(``env.train_seed_start + k``); an overlap is a ValueError naming the pairs.
+
+``primary``. The comparisons the experiment is run to decide, named before it runs: a list of ``[A, B]`` (A − B in
+survival), each a table row's display name or id (a row with ``deploy_topk`` is named by one of its table rows:
+"ACE (policy alone)" / ``ace-alone``, "ACE + top-7 check" / ``ace-top7``). :data:`EACH_TRAINED` names every
+training table row at once, :data:`EACH_TRAINED_ALONE` every one tested by its policy alone (``deploy_topk`` 0):
+``["each trained row (policy alone)", "DoNothing"]`` compares each with doing nothing. They are one family, Holm
+corrected (:func:`~ace_hybrid.experiment.statistics.holm`); every other comparison is exploratory. A name that is no
+row's is a ValueError listing the valid ones. Rows left out by ``--rows`` still count in the family, with no data.
 """
 
 from __future__ import annotations
@@ -44,7 +62,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 from ace_hybrid.config import Config, load_config, read_toml
 
@@ -64,8 +82,16 @@ LLM_KINDS: tuple[str, ...] = ("lac", "ace")
 RENAMED_KINDS = {"donothing": "do-nothing", "llm_lac": "lac", "sac_only": "sac-only"}
 """Kinds of the unreleased 0.1.0 -> the one spelling now, named by the error an old one gets."""
 
-_TOP_KEYS = {"name", "description", "config", "set", "ace_set", "seeds", "test_pairs", "test_max_steps",
-             "greedy_budget", "rows"}
+EACH_TRAINED = "each trained row"
+"""In ``primary``: every training table row (each deployment of each training)."""
+EACH_TRAINED_ALONE = "each trained row (policy alone)"
+"""In ``primary``: every training table row that tests the policy alone (``deploy_topk`` value 0)."""
+
+_TOP_KEYS = {"name", "description", "config", "set", "ace_set", "seeds", "test_pairs", "validation_pairs",
+             "test_max_steps", "greedy_budget", "rows", "primary"}
+ON = ("test", "validation")
+"""The pairs an experiment can test its rows on (``--on``): the held-out test pairs, or the validation pairs on which
+configurations are chosen."""
 _ROW_KEYS = {"name", "id", "kind", "set", "deploy_topk"}
 _ID = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 
@@ -98,6 +124,15 @@ class RowSpec:
         return self.kind in TRAINING_KINDS
 
 
+class Primary(NamedTuple):
+    """One primary comparison, A − B: the table rows' ids and display names."""
+
+    a: str
+    b: str
+    a_name: str
+    b_name: str
+
+
 @dataclass
 class ExperimentSpec:
     """A parsed experiment file (see the module docstring)."""
@@ -118,6 +153,22 @@ class ExperimentSpec:
     """The ``rows`` argument of :func:`load_experiment` (None: every row)."""
     seeds_replaced: bool = False
     """Whether the ``seeds`` argument of :func:`load_experiment` replaced the file's."""
+    primaries: list[Primary] = field(default_factory=list)
+    """The file's ``primary`` comparisons, expanded, over all its rows (those ``rows`` left out included)."""
+    validation_pairs: list[tuple[int, int]] = field(default_factory=list)
+    """Where configurations are chosen (the file's ``validation_pairs``; may be empty)."""
+    on: str = "test"
+    """Which pairs the rows are tested on now: "test" or "validation" (:data:`ON`)."""
+
+    @property
+    def pairs(self) -> list[tuple[int, int]]:
+        """The (scenario, seed) pairs the rows are tested on now: the test or the validation pairs."""
+        return self.validation_pairs if self.on == "validation" else self.test_pairs
+
+    @property
+    def suffix(self) -> str:
+        """Appended to the names of the cells folder and the results files: "" on the test pairs, "-validation"."""
+        return "" if self.on == "test" else f"-{self.on}"
 
     def cells(self) -> list[tuple[RowSpec, int | None]]:
         """(row, seed) for every cell, in table order; baselines have one cell with seed None."""
@@ -149,6 +200,8 @@ class ExperimentSpec:
             words += ["--rows", ",".join(self.row_filter)]
         if self.seeds_replaced:
             words += ["--seeds", ",".join(map(str, self.seeds))]
+        if self.on != "test":
+            words += ["--on", self.on]
         return shlex.join(words)
 
 
@@ -201,7 +254,7 @@ def deployed_rows(row_id: str, name: str, kind: str, overrides: list[str], topks
 
 
 def load_experiment(path: str | Path, overrides: Sequence[str] = (), *, rows: Sequence[str] | None = None,
-                    seeds: Sequence[int] | None = None) -> ExperimentSpec:
+                    seeds: Sequence[int] | None = None, on: str = "test") -> ExperimentSpec:
     """Read and check an experiment file; build and validate every cell's configuration.
 
     Parameters
@@ -215,23 +268,36 @@ def load_experiment(path: str | Path, overrides: Sequence[str] = (), *, rows: Se
         row it makes; ``ID-alone`` or ``ID-top8`` keeps one.
     seeds
         Seeds replacing the file's ``seeds``.
+    on
+        "test" (the held-out ``test_pairs``) or "validation" (the file's ``validation_pairs``, where configurations
+        are chosen): the pairs the rows are tested on.
 
     Raises
     ------
     FileNotFoundError
         For a missing experiment or configuration file.
     ValueError
-        Naming the bad key, row, kind, seed or pair; or when a test pair is repeated, is also a checkpoint-selection
-        pair (``env.eval_pairs``) or is possibly a training episode.
+        Naming the bad key, row, kind, seed or pair; or when a test or validation pair is repeated, is in more than one
+        of test pairs, validation pairs and checkpoint-selection pairs (``env.eval_pairs``), or is possibly a
+        training episode; or for ``on="validation"`` without validation pairs.
     """
+    if on not in ON:
+        raise ValueError(f"on = {on!r} is not one of {', '.join(ON)}")
     path = Path(path)
     data = read_toml(path, "experiment file")
     unknown = set(data) - _TOP_KEYS
     if unknown:
         raise ValueError(f"{path}: unknown key(s) {', '.join(sorted(map(repr, unknown)))}; valid keys: "
                          f"{', '.join(sorted(_TOP_KEYS))}")
-    config, seed_list, test_pairs = _config_path(data, path), _seeds(data, seeds), _test_pairs(data)
-    row_specs = _table_rows(data, path, rows)
+    config, seed_list = _config_path(data, path), _seeds(data, seeds)
+    test_pairs = _pairs(data, "test_pairs", "held-out episodes")
+    validation_pairs = _pairs(data, "validation_pairs", "where configurations are chosen") if (
+        "validation_pairs" in data) else []
+    if on == "validation" and not validation_pairs:
+        raise ValueError(f"--on validation: {path.name} has no validation_pairs; add a list of [scenario, seed] "
+                         f"disjoint from test_pairs, env.eval_pairs and the training seeds")
+    every_row = _table_rows(data, path)
+    row_specs = _selected_rows(every_row, path, rows)
     spec = ExperimentSpec(
         name=str(data.get("name", path.stem)), path=path, config=config,
         overrides=_str_list(data.get("set", []), "set"), ace_overrides=_str_list(data.get("ace_set", []), "ace_set"),
@@ -239,7 +305,9 @@ def load_experiment(path: str | Path, overrides: Sequence[str] = (), *, rows: Se
         test_max_steps=_int(data.get("test_max_steps", 0), "test_max_steps", 0),
         greedy_budget=_int(data.get("greedy_budget", 30), "greedy_budget", 2), rows=row_specs,
         description=str(data.get("description", "")), row_filter=list(rows) if rows is not None else None,
-        seeds_replaced=seeds is not None)
+        seeds_replaced=seeds is not None, primaries=_primaries(data.get("primary", []), every_row),
+        validation_pairs=validation_pairs, on=on)
+    _check_disjoint("test pair", test_pairs, "validation_pairs", validation_pairs, "configurations are chosen on them")
     for row, seed in spec.cells():
         _check_held_out(spec, row, spec.row_config(row, seed))
     return spec
@@ -269,21 +337,37 @@ def _seeds(data: dict[str, Any], seeds: Sequence[int] | None) -> list[int]:
     return seed_list
 
 
-def _test_pairs(data: dict[str, Any]) -> list[tuple[int, int]]:
-    pairs = data.get("test_pairs")
+def _pairs(data: dict[str, Any], key: str, what: str) -> list[tuple[int, int]]:
+    """The file's ``key`` (test or validation pairs): a non-empty list of distinct [scenario, seed]."""
+    pairs = data.get(key)
     if (not isinstance(pairs, list) or not pairs
             or not all(isinstance(p, list) and len(p) == 2 for p in pairs)):
-        raise ValueError(f"test_pairs = {pairs!r} must be a non-empty list of [scenario, seed] (held-out episodes)")
-    test_pairs = [(_int(s, "test_pairs[][0]", 0), _int(k, "test_pairs[][1]", 0)) for s, k in pairs]
-    repeated = sorted({p for p in test_pairs if test_pairs.count(p) > 1})
+        raise ValueError(f"{key} = {pairs!r} must be a non-empty list of [scenario, seed] ({what})")
+    out = [(_int(s, f"{key}[][0]", 0), _int(k, f"{key}[][1]", 0)) for s, k in pairs]
+    repeated = sorted({p for p in out if out.count(p) > 1})
     if repeated:
-        raise ValueError(f"test pair(s) {', '.join(f'[{s}, {k}]' for s, k in repeated)} appear more than once: each "
-                         f"held-out episode counts once in the intervals")
-    return test_pairs
+        noun = "test pair(s)" if key == "test_pairs" else f"{key}"
+        raise ValueError(f"{noun} {_pair_list(repeated)} appear more than once: each episode counts once in the "
+                         f"intervals")
+    return out
 
 
-def _table_rows(data: dict[str, Any], path: Path, rows: Sequence[str] | None) -> list[RowSpec]:
-    """The table rows of the file's ``[[rows]]`` (``deploy_topk`` expanded), those named by ``rows`` only."""
+def _pair_list(pairs: Sequence[tuple[int, int]]) -> str:
+    return ", ".join(f"[{s}, {k}]" for s, k in pairs)
+
+
+def _check_disjoint(noun: str, pairs: Sequence[tuple[int, int]], other_name: str,
+                    other: Sequence[tuple[int, int]], why: str) -> None:
+    """ValueError naming every pair of ``pairs`` that is also in ``other``."""
+    shared = [p for p in pairs if p in set(other)]
+    if shared:
+        verb = "is" if len(shared) == 1 else "are"
+        raise ValueError(f"{noun}{'s' if len(shared) > 1 else ''} {_pair_list(shared)} {verb} also in {other_name} "
+                         f"({why}): the sets must be disjoint")
+
+
+def _table_rows(data: dict[str, Any], path: Path) -> list[RowSpec]:
+    """The table rows of the file's ``[[rows]]``, ``deploy_topk`` expanded."""
     raw_rows = data.get("rows")
     if not isinstance(raw_rows, list) or not raw_rows:
         raise ValueError(f"{path}: no [[rows]]: give at least one row (kinds: {', '.join(ROW_KINDS)})")
@@ -293,18 +377,56 @@ def _table_rows(data: dict[str, Any], path: Path, rows: Sequence[str] | None) ->
         made = _file_row(raw, f"rows[{i}]")
         train_ids.append(made[0].train_id)
         row_specs += made
-    ids = [r.id for r in row_specs]
     every = train_ids + [r.id for r in row_specs if r.id != r.train_id]
     dupes = sorted({i for i in every if every.count(i) > 1})
     if dupes:
         raise ValueError(f"row id(s) {', '.join(dupes)} appear more than once: give each row a distinct id")
+    return row_specs
+
+
+def _selected_rows(row_specs: list[RowSpec], path: Path, rows: Sequence[str] | None) -> list[RowSpec]:
+    """The rows named by ``rows`` (a training's id keeps every row made from it), in the file's order."""
     if rows is None:
         return row_specs
+    ids, train_ids = [r.id for r in row_specs], [r.train_id for r in row_specs]
     missing = [r for r in rows if r not in ids and r not in train_ids]
     if missing:
         known = list(dict.fromkeys([*train_ids, *ids]))
         raise ValueError(f"unknown row(s) {', '.join(map(repr, missing))}; rows of {path.name}: {', '.join(known)}")
     return [r for r in row_specs if r.id in set(rows) or r.train_id in set(rows)]
+
+
+def _primaries(raw: Any, rows: list[RowSpec]) -> list[Primary]:
+    """The file's ``primary`` list as (A, B) table rows, shorthands expanded, repeats dropped (see the module
+    docstring); ValueError naming an unknown row and listing the valid names."""
+    if not isinstance(raw, list) or not all(isinstance(p, list) and len(p) == 2 and all(isinstance(n, str) for n in p)
+                                            for p in raw):
+        raise ValueError(f"primary = {raw!r} must be a list of [A, B] row names, e.g. "
+                         f"[[\"ACE (policy alone)\", \"SAC-only (policy alone)\"]]")
+    by_key = {key: row for row in rows for key in (row.name, row.id)}
+    groups = {EACH_TRAINED: [r for r in rows if r.trains], EACH_TRAINED_ALONE: [r for r in rows if r.topk == 0]}
+
+    def resolve(name: str, where: str) -> list[RowSpec]:
+        if name in groups:
+            if not groups[name]:
+                raise ValueError(f"{where} = {name!r} names no row: the file has no such training rows")
+            return groups[name]
+        if name not in by_key:
+            valid = ", ".join([*(repr(r.name) for r in rows), repr(EACH_TRAINED), repr(EACH_TRAINED_ALONE)])
+            raise ValueError(f"{where}: unknown row {name!r}; valid names (or a row's id): {valid}")
+        return [by_key[name]]
+
+    out: dict[tuple[str, str], Primary] = {}
+    for i, (a_name, b_name) in enumerate(raw):
+        if a_name in groups and b_name in groups:
+            raise ValueError(f"primary[{i}] = [{a_name!r}, {b_name!r}]: at most one side may name several rows")
+        pairs = [(a, b) for a in resolve(a_name, f"primary[{i}][0]") for b in resolve(b_name, f"primary[{i}][1]")
+                 if a.id != b.id]
+        if not pairs:
+            raise ValueError(f"primary[{i}] = [{a_name!r}, {b_name!r}] compares a row with itself")
+        for a, b in pairs:
+            out.setdefault((a.id, b.id), Primary(a.id, b.id, a.name, b.name))
+    return list(out.values())
 
 
 def _file_row(raw: dict[str, Any], where: str) -> list[RowSpec]:
@@ -330,17 +452,19 @@ def _file_row(raw: dict[str, Any], where: str) -> list[RowSpec]:
 
 
 def _check_held_out(spec: ExperimentSpec, row: RowSpec, cfg: Config) -> None:
-    """Test pairs must be neither checkpoint-selection pairs nor (possibly) training episodes."""
-    selection = {(int(s), int(k)) for s, k in cfg.env.eval_pairs}
-    for scenario, seed in spec.test_pairs:
-        if (scenario, seed) in selection:
-            raise ValueError(f"test pair [{scenario}, {seed}] is also in env.eval_pairs (row {row.name!r}), which "
-                             f"choose best.pt: test pairs must be held out")
-        if not row.trains:
-            continue
-        # Training episode k plays (train_scenarios[k % n], train_seed_start + k); at most total_env_steps episodes.
+    """Test and validation pairs must be neither checkpoint-selection pairs nor (possibly) training episodes."""
+    selection = [(int(s), int(k)) for s, k in cfg.env.eval_pairs]
+    for noun, pairs in (("test pair", spec.test_pairs), ("validation pair", spec.validation_pairs)):
+        _check_disjoint(noun, pairs, "env.eval_pairs", selection, f"row {row.name!r}: they choose best.pt")
+        if row.trains:
+            _check_not_trained_on(noun, pairs, row, cfg)
+
+
+def _check_not_trained_on(noun: str, pairs: Sequence[tuple[int, int]], row: RowSpec, cfg: Config) -> None:
+    """Training episode k plays (train_scenarios[k % n], train_seed_start + k), at most total_env_steps of them."""
+    scenarios = cfg.env.train_scenarios
+    for scenario, seed in pairs:
         k = seed - cfg.env.train_seed_start
-        scenarios = cfg.env.train_scenarios
         if 0 <= k < cfg.train.total_env_steps and scenarios[k % len(scenarios)] == scenario:
-            raise ValueError(f"test pair [{scenario}, {seed}] may be training episode {k} of row {row.name!r} "
-                             f"(env.train_seed_start = {cfg.env.train_seed_start}): pick other test seeds")
+            raise ValueError(f"{noun} [{scenario}, {seed}] may be training episode {k} of row {row.name!r} "
+                             f"(env.train_seed_start = {cfg.env.train_seed_start}): pick other seeds")
