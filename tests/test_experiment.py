@@ -291,6 +291,81 @@ def test_validation_pairs_are_disjoint_from_test_selection_and_training(tmp_path
         load("", on="train")
 
 
+def test_maskable_ppo_row_trains_through_the_runner_and_is_tested_like_the_others(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("sb3_contrib")
+    from ace_hybrid.training import ppo as ppo_module
+
+    path = write_experiment(tmp_path / "ppo.toml", steps=300, seeds="[0]",
+                            extra='primary = [["each trained row (policy alone)", "DoNothing"]]', rows="""
+[[rows]]
+name = "DoNothing"
+kind = "do-nothing"
+
+[[rows]]
+name = "PPO"
+kind = "maskable-ppo"
+set = ["env.action_set=tutor:5", "env.action_set_states=20"]
+ppo = { n_steps = 32, batch_size = 16, n_epochs = 2, hidden = [32] }
+deploy_topk = [0, 2]
+""")
+    out = tmp_path / "out"
+    result = ex.run_experiment(ex.load_experiment(path), out, progress=False)
+    assert sorted(result["ran"]) == ["donothing", "ppo-alone-seed0", "ppo-top2-seed0"]
+    alone, top2 = (json.loads((out / "cells" / f"ppo-{v}-seed0.json").read_text()) for v in ("alone", "top2"))
+    train = alone["train"]
+    assert train == top2["train"] and train["resumed"] is False  # one training, tested twice
+    # The budget counts grid steps (a decision and the safe rule's steps after it may pass it, within one episode).
+    assert 300 <= train["env_steps"] < 300 + 120 and 32 <= train["decisions"] <= train["env_steps"]
+    assert train["updates"] > 0 and train["episodes"] >= 1
+    state = ppo_module.read_state(out / "runs" / "ppo-seed0")
+    assert state["settings"]["n_steps"] == 32 and state["config"]["train"]["seed"] == 0
+    model = (out / "runs" / "ppo-seed0" / ppo_module.MODEL_FILE)
+    assert model.is_file() and ex.cells.finished_model("maskable-ppo") == ppo_module.STATE_FILE
+    assert 2 <= len(state["action_set"]) < 100  # the run's tutor:5 set: do nothing, reconnections, 5 more
+    for cell in (alone, top2):
+        assert [(e["scenario"], e["seed"]) for e in cell["test"]["episodes"]] == [(0, 0), (1, 1)]
+    rows = {r["id"]: r for r in result["rows"]}
+    assert rows["ppo-alone"]["metrics"]["simulations_per_decision"]["value"] == 0.0
+    assert 1.0 <= rows["ppo-top2"]["metrics"]["simulations_per_decision"]["value"] <= 3.0
+    assert result["comparisons"][0]["a"] == "ppo-alone" and result["comparisons"][0]["primary"]
+    # A finished model is reused, not trained again.
+    for name in ("ppo-alone-seed0.json", "ppo-top2-seed0.json"):
+        (out / "cells" / name).unlink()
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("the finished model was trained again")
+
+    monkeypatch.setattr(ppo_module, "train_maskable_ppo", no_training)
+    again = ex.run_experiment(ex.load_experiment(path), out, progress=False)
+    cell = next(c for c in again["cells"] if c["cell"] == "ppo-alone-seed0")
+    def played(c: dict) -> list:
+        return [(e["steps_survived"], e["cumulative_reward"], e["decisions"]) for e in c["test"]["episodes"]]
+
+    assert cell["train"]["resumed"] is True and played(cell) == played(alone)  # the same model, the same play
+
+
+def test_ppo_settings_are_checked_naming_the_row_and_key(tmp_path: Path) -> None:
+    from ace_hybrid.experiment.ppo_settings import PPOSettings
+
+    assert PPOSettings().n_steps % PPOSettings().batch_size == 0
+    ppo_row = '[[rows]]\nname = "PPO"\nkind = "maskable-ppo"\n'
+    for table, message in (("{ n_step = 64 }", r"rows\[0\] \(row 'PPO'\)\.ppo: unknown key\(s\) 'n_step'; valid keys: "
+                                               r"n_steps, batch_size"),
+                           ("{ n_steps = 100, batch_size = 32 }", r"ppo.n_steps = 100 must be a multiple of "
+                                                                  r"ppo.batch_size = 32"),
+                           ("{ learning_rate = -1.0 }", r"ppo.learning_rate = -1.0 out of range")):
+        with pytest.raises(ValueError, match=message):
+            ex.load_experiment(write_experiment(tmp_path / "p.toml", rows=ppo_row + f"ppo = {table}\n"))
+    with pytest.raises(ValueError, match=r"rows\[0\]\.ppo \(row 'SAC'\): kind 'sac-only' is not maskable-ppo"):
+        ex.load_experiment(write_experiment(tmp_path / "p.toml", rows='[[rows]]\nname = "SAC"\nkind = "sac-only"\n'
+                                                                       'ppo = { n_steps = 64 }\n'))
+    with pytest.raises(ValueError, match=r"row 'PPO' \(kind maskable-ppo\) has train.tutor_steps = 40"):
+        ex.load_experiment(write_experiment(tmp_path / "p.toml", rows=ppo_row + 'set = ["train.tutor_steps=40"]\n'))
+    spec = ex.load_experiment(write_experiment(tmp_path / "p.toml", rows=ppo_row))
+    assert spec.rows[0].ppo == PPOSettings() and spec.row_config(spec.rows[0], 0).llm.backend == "none"
+
+
 class Interrupted(Exception):
     pass
 
@@ -692,7 +767,16 @@ def test_the_shipped_experiment_files_are_valid(path: Path) -> None:
     assert {"SAC-only (policy alone)", "SAC-only + top-7 check"} <= expanded
     if path.stem == "make_run":
         assert names == {"DoNothing", "Greedy expert", "Tutor (tutor:50, 30 simulations)",
-                         "Tutor (tutor:50, 8 simulations)", "SAC-only", "Expert-guided RL", "ACE"}
+                         "Tutor (tutor:50, 8 simulations)", "SAC-only", "Expert-guided RL", "ACE",
+                         "MaskablePPO (sb3-contrib)"}
+    # MaskablePPO trains on the same terms as the SAC rows: action set, budget, reward, threshold, episodes, seeds.
+    ppo = next(r for r in spec.rows if r.kind == "maskable-ppo")
+    sac = next(r for r in spec.rows if r.kind == "sac-only")
+    ppo_cfg, sac_cfg = spec.row_config(ppo, 0), spec.row_config(sac, 0)
+    for section in ("env", "reward"):
+        assert ppo_cfg.to_dict()[section] == sac_cfg.to_dict()[section]
+    assert ppo_cfg.train.total_env_steps == sac_cfg.train.total_env_steps and ppo_cfg.train.seed == 0
+    assert ppo.topk in (0, 7) and ppo.ppo.n_steps * 4 <= 1000
     if path.stem == "paper_table":
         assert len(spec.seeds) >= 3
         assert {"Expert-guided RL", "ACE", "ACE (LLM ranker)", "LLM-only (LAC)"} <= names
@@ -714,8 +798,9 @@ def test_groups_with_a_language_model_run_first_then_trainings_then_baselines() 
     spec = ex.load_experiment(REPO / "experiments" / "paper_table.toml")
     plan = [(row, seed, spec.row_config(row, seed)) for row, seed in spec.cells()]
     kinds = [group[0][0].kind for group in ex.longest_first(ex.cell_groups(plan))]
-    llm, trained = kinds.count("lac") + kinds.count("ace"), kinds.count("sac-only") + kinds.count("expert-guided")
+    llm = kinds.count("lac") + kinds.count("ace")
+    trained = kinds.count("sac-only") + kinds.count("expert-guided") + kinds.count("maskable-ppo")
     # The LLM-only agent asks the model at every test decision: left to the end it would run alone for most of an hour.
     assert kinds[0] == "lac" and set(kinds[:llm]) == {"lac", "ace"}
-    assert set(kinds[llm:llm + trained]) == {"sac-only", "expert-guided"}
+    assert set(kinds[llm:llm + trained]) == {"sac-only", "expert-guided", "maskable-ppo"}
     assert set(kinds[llm + trained:]) == {"do-nothing", "reco", "greedy", "tutor", "random-candidate"}

@@ -218,7 +218,7 @@ def _add_evaluate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     ev.add_argument("--env", required=True, help="environment name, e.g. l2rpn_neurips_2020_track1")
     ev.add_argument("--agent", required=True,
                     help="do-nothing | reco | greedy | lac (the LLM-only LAC agent, embedded model) | checkpoint:PATH "
-                    "(a trained agent's checkpoint)")
+                    "(a trained agent's checkpoint) | maskable-ppo:RUN_DIR (an experiment's trained MaskablePPO run)")
     ev.add_argument("--episodes", type=_int_list, default=[0], help="scenario ids, e.g. '0,1' or '0-2' (default 0)")
     ev.add_argument("--seeds", type=_int_list, default=[0],
                     help="episode seeds: one for all scenarios or one per scenario (default 0)")
@@ -227,7 +227,7 @@ def _add_evaluate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     ev.add_argument("--threshold", type=float, default=0.9, help="danger threshold on max rho (default 0.9)")
     ev.add_argument("--budget", type=int, default=30, help="greedy expert: simulations per decision (default 30)")
     ev.add_argument("--topk", type=int, default=None,
-                    help="checkpoint agents: simulate the policy's k most likely actions and play the safest "
+                    help="trained agents: simulate the policy's k most likely actions and play the safest "
                     "(0: the most likely, unchecked; default: the run's env.deploy_topk)")
     ev.add_argument("--score", action="store_true",
                     help="also compute grid2op's L2RPN score (runs its reference agents on a writable data copy)")
@@ -261,8 +261,9 @@ def _add_experiment(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "experiment",
         help="train and test a grid of agents x seeds and write the paper-style table and a report",
         description="Run the rows of an experiment file (baselines: do-nothing, reco, greedy, tutor, lac; training "
-        "rows: sac-only, expert-guided, ace and its ablations) for each seed: train into OUT/runs/<row>-seed<k> "
-        "(resuming a half-done run), test best.pt on the file's held-out test_pairs, and save each cell in OUT/cells/. "
+        "rows: sac-only, expert-guided, ace and its ablations, maskable-ppo) for each seed: train into "
+        "OUT/runs/<row>-seed<k> (resuming a half-done run), test best.pt (maskable-ppo: its last model) on the file's "
+        "held-out test_pairs (or, with --on validation, its validation_pairs), and save each cell in OUT/cells/. "
         "A finished cell is never rerun, so rerunning the command continues where it stopped. Writes results.json, "
         "results.csv, results.md (mean ± std over seeds) and report.md with figures, and prints the table.",
     )

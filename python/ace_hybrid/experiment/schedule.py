@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from ace_hybrid.config import Config
-from ace_hybrid.experiment.cells import cell_id, fingerprint, run_cell, run_dir_of
+from ace_hybrid.experiment.cells import cell_id, finished_model, fingerprint, run_cell, run_dir_of
 from ace_hybrid.experiment.spec import LLM_KINDS, ExperimentSpec, RowSpec
 from ace_hybrid.experiment.statistics import BOOTSTRAP_DRAWS, BOOTSTRAP_SEED, aggregate, compare_rows
 from ace_hybrid.experiment.tables import setup_text, to_markdown, write_results
@@ -207,7 +207,8 @@ def _finished_trainings(out: Path) -> dict[tuple[str, str], dict[str, Any]]:
         except json.JSONDecodeError:
             continue
         run_dir = cell.get("run_dir")
-        if run_dir and cell.get("train_fingerprint") and cell.get("train") and (out / run_dir / "best.pt").is_file():
+        if (run_dir and cell.get("train_fingerprint") and cell.get("train")
+                and (out / run_dir / finished_model(cell.get("kind", ""))).is_file()):
             trained.setdefault((run_dir, cell["train_fingerprint"]), cell)
     return trained
 

@@ -17,16 +17,23 @@ An experiment file (TOML) names the environment configuration, the held-out test
     [[rows]]
     name = "ACE w/o actor"   # display name
     kind = "ace"             # do-nothing | reco | greedy | tutor | lac | random-candidate
-                             # | sac-only | expert-guided | ace
+                             # | sac-only | expert-guided | ace | maskable-ppo
     id = "ace-no-actor"      # file name of its cells (default: the name, lowercased, '-' for other characters)
     set = ["ace.actor=false"]
     deploy_topk = [0, 8]     # training rows only: one table row per value, all from the same training
+    ppo = { n_steps = 128 }  # maskable-ppo rows only: MaskablePPO's hyperparameters (experiment.ppo_settings)
 
 A row's configuration is: the config file, then ``set``, then ``ace_set`` (LLM rows), then the command line's
-``--set``, then the row's ``set``, then what its kind fixes (``llm.backend=none`` for sac-only and expert-guided),
-then ``train.seed = llm.seed = seed``. Every row's configuration is built and validated before anything runs, so a
-bad key fails at once with its name, and a kind that does not match its configuration (an expert-guided row without
-``train.tutor_steps``, a sac-only row with them, an ace row without an LLM) fails naming the row.
+``--set``, then the row's ``set``, then what its kind fixes (``llm.backend=none`` for sac-only, expert-guided and
+maskable-ppo), then ``train.seed = llm.seed = seed``. Every row's configuration is built and validated before
+anything runs, so a bad key fails at once with its name, and a kind that does not match its configuration (an
+expert-guided row without ``train.tutor_steps``, a sac-only or maskable-ppo row with them, an ace row without an
+LLM) fails naming the row.
+
+A ``maskable-ppo`` row (sb3-contrib's MaskablePPO, the ``rl`` extra) takes from its configuration what every
+training row shares: environment, ``env.action_set``, ``[reward]``, threshold, training episodes and seeds, and
+``train.total_env_steps`` in grid steps (:mod:`ace_hybrid.training.ppo`); its ``ppo`` table gives PPO's own
+hyperparameters (:class:`~ace_hybrid.experiment.ppo_settings.PPOSettings`). It tests its last model (no best.pt).
 
 Kinds are spelled as the command line's agents are (lowercase, hyphenated); a spelling of the unreleased 0.1.0
 (``donothing``, ``llm_lac``, ``sac_only``) is an error that names the new one.
@@ -65,6 +72,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, Sequence
 
 from ace_hybrid.config import Config, load_config, read_toml
+from ace_hybrid.experiment.ppo_settings import PPOSettings
 
 BASELINE_KINDS: tuple[str, ...] = ("do-nothing", "reco", "greedy", "tutor", "lac", "random-candidate")
 """Rows that only test a fixed agent (:func:`ace_hybrid.agents.make_agent`'s names, and "tutor"). "greedy" is the
@@ -72,10 +80,12 @@ greedy expert over the whole catalog with the file's ``greedy_budget`` simulatio
 expert-guided RL's tutor acting alone: the greedy expert over the row's action set (``env.action_set``) with
 ``train.tutor_budget`` simulations per decision; "lac" is the LLM-only LAC agent and "random-candidate" its control,
 a random one of the same candidates."""
-TRAINING_KINDS: tuple[str, ...] = ("sac-only", "expert-guided", "ace")
+TRAINING_KINDS: tuple[str, ...] = ("sac-only", "expert-guided", "ace", "maskable-ppo")
 """Rows that train and then test best.pt: SAC alone; expert-guided RL (SAC after the greedy tutor's warm start,
 ``train.tutor_steps`` > 0, whose decisions fill the validated partition the imitation term learns from); ACE with
-its LLM roles."""
+its LLM roles; sb3-contrib's MaskablePPO at the same budget (its last model: no checkpoint selection)."""
+NO_LLM_KINDS: tuple[str, ...] = ("sac-only", "expert-guided", "maskable-ppo")
+"""Training rows without an LLM: ``llm.backend=none`` is fixed for them."""
 ROW_KINDS: tuple[str, ...] = BASELINE_KINDS + TRAINING_KINDS
 LLM_KINDS: tuple[str, ...] = ("lac", "ace")
 """Rows that take the experiment's ``ace_set``."""
@@ -92,7 +102,7 @@ _TOP_KEYS = {"name", "description", "config", "set", "ace_set", "seeds", "test_p
 ON = ("test", "validation")
 """The pairs an experiment can test its rows on (``--on``): the held-out test pairs, or the validation pairs on which
 configurations are chosen."""
-_ROW_KEYS = {"name", "id", "kind", "set", "deploy_topk"}
+_ROW_KEYS = {"name", "id", "kind", "set", "deploy_topk", "ppo"}
 _ID = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 
 
@@ -114,6 +124,8 @@ class RowSpec:
     """Id of the training this row tests (its run directories); rows made by one ``deploy_topk`` share it."""
     train_name: str = ""
     """Display name of that training (the name in the experiment file)."""
+    ppo: PPOSettings | None = None
+    """MaskablePPO's hyperparameters (``maskable-ppo`` rows only)."""
 
     def __post_init__(self) -> None:
         self.train_id = self.train_id or self.id
@@ -180,7 +192,7 @@ class ExperimentSpec:
         if row.kind in LLM_KINDS:
             overrides += self.ace_overrides
         overrides += self.cli_overrides + row.overrides
-        if row.kind in ("sac-only", "expert-guided"):
+        if row.kind in NO_LLM_KINDS:
             overrides.append("llm.backend=none")
         if seed is not None:
             overrides += [f"train.seed={seed}", f"llm.seed={seed}"]
@@ -216,6 +228,9 @@ def _check_kind(row: RowSpec, cfg: Config) -> None:
     if row.kind == "sac-only" and cfg.train.tutor_steps > 0:
         raise ValueError(f"row {row.name!r} (kind sac-only) has train.tutor_steps = {cfg.train.tutor_steps}: "
                          f"with the tutor's warm start it is expert-guided RL: use kind expert-guided")
+    if row.kind == "maskable-ppo" and cfg.train.tutor_steps > 0:
+        raise ValueError(f"row {row.name!r} (kind maskable-ppo) has train.tutor_steps = {cfg.train.tutor_steps}: "
+                         f"MaskablePPO has no tutor's warm start; set train.tutor_steps=0 in the row's set")
 
 
 def _slug(name: str) -> str:
@@ -234,10 +249,11 @@ def _int(value: Any, where: str, low: int) -> int:
     return value
 
 
-def deployed_rows(row_id: str, name: str, kind: str, overrides: list[str], topks: Any, where: str) -> list[RowSpec]:
+def deployed_rows(row_id: str, name: str, kind: str, overrides: list[str], topks: Any, where: str,
+                  ppo: PPOSettings | None = None) -> list[RowSpec]:
     """The table rows of one training row: one per ``deploy_topk`` value, or the row itself without one."""
     if topks is None:
-        return [RowSpec(row_id, name, kind, overrides)]
+        return [RowSpec(row_id, name, kind, overrides, ppo=ppo)]
     if kind not in TRAINING_KINDS:
         raise ValueError(f"{where}.deploy_topk (row {name!r}): kind {kind!r} trains no policy; deploy_topk belongs to "
                          f"the training rows ({', '.join(TRAINING_KINDS)})")
@@ -247,9 +263,9 @@ def deployed_rows(row_id: str, name: str, kind: str, overrides: list[str], topks
         raise ValueError(f"{where}.deploy_topk = {topks!r} (row {name!r}) must be a non-empty list of distinct "
                          f"integers >= 0, e.g. [0, 8] (0: the policy alone)")
     alone = f"{name[:-1]}, policy alone)" if name.endswith(")") else f"{name} (policy alone)"
-    return [RowSpec(f"{row_id}-alone", alone, kind, overrides, topk=0, train_id=row_id, train_name=name) if k == 0
-            else RowSpec(f"{row_id}-top{k}", f"{name} + top-{k} check", kind, overrides, topk=k, train_id=row_id,
-                         train_name=name)
+    return [RowSpec(f"{row_id}-alone", alone, kind, overrides, topk=0, train_id=row_id, train_name=name, ppo=ppo)
+            if k == 0 else RowSpec(f"{row_id}-top{k}", f"{name} + top-{k} check", kind, overrides, topk=k,
+                                   train_id=row_id, train_name=name, ppo=ppo)
             for k in topks]
 
 
@@ -447,8 +463,12 @@ def _file_row(raw: dict[str, Any], where: str) -> list[RowSpec]:
     row_id = raw.get("id", _slug(name))
     if not isinstance(row_id, str) or not _ID.match(row_id):
         raise ValueError(f"{where}.id = {row_id!r} must match {_ID.pattern}")
+    if "ppo" in raw and kind != "maskable-ppo":
+        raise ValueError(f"{where}.ppo (row {name!r}): kind {kind!r} is not maskable-ppo; the ppo table sets "
+                         f"MaskablePPO's hyperparameters")
+    ppo = PPOSettings.from_table(raw.get("ppo", {}), f"{where} (row {name!r})") if kind == "maskable-ppo" else None
     return deployed_rows(row_id, name, kind, _str_list(raw.get("set", []), f"{where}.set"), raw.get("deploy_topk"),
-                         where)
+                         where, ppo)
 
 
 def _check_held_out(spec: ExperimentSpec, row: RowSpec, cfg: Config) -> None:

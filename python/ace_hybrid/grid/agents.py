@@ -192,14 +192,16 @@ class PolicyAgent(RuleAgent):
         Danger threshold on max rho.
     topk
         Actions checked by simulation per decision (0: the policy alone).
+    policy
+        The trained model the subclass reads (kept as ``self.policy``).
     """
 
     def __init__(self, action_space: Any, actions: Any, features: Any, normalizer: Any, threshold: float,
-                 topk: int = 0) -> None:
+                 topk: int = 0, policy: Any = None) -> None:
         super().__init__(action_space, threshold)
         if topk < 0:
             raise ValueError(f"topk = {topk} out of range [0, inf)")
-        self.actions, self.features, self.normalizer = actions, features, normalizer
+        self.actions, self.features, self.normalizer, self.policy = actions, features, normalizer, policy
         self.topk = int(topk)
 
     def decide(self, observation: Any) -> Any:

@@ -27,7 +27,7 @@ class SACAgent(PolicyAgent):
 
     def __init__(self, env: Any, sac: DiscreteSAC, actions: ActionSet, features: ObservationFeatures,
                  normalizer: RunningNormalizer, threshold: float, topk: int = 0) -> None:
-        super().__init__(env.action_space, actions, features, normalizer, threshold, topk)
+        super().__init__(env.action_space, actions, features, normalizer, threshold, topk, policy=sac)
         self.sac = sac
 
     def policy_probs(self, x: np.ndarray, mask: np.ndarray) -> np.ndarray:
