@@ -85,8 +85,8 @@ def run_curve(args: argparse.Namespace, problems: list[dict[str, Any]], out: Pat
     if points != sorted(set(points)) or points[0] < 0 or points[-1] > len(stream):
         raise SystemExit(f"--pairs {args.pairs}: increasing counts in [0, {len(stream)}] (training problems)")
     path = out / "curve.json"
-    curve = json.loads(path.read_text()) if path.is_file() else {"config": vars(args) | {"out": str(out)},
-                                                                  "points": []}
+    config = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    curve = json.loads(path.read_text()) if path.is_file() else {"config": config | {"out": str(out)}, "points": []}
     backend = make_backend(args)
     done = [p["pairs"] for p in curve["points"]]
     if done:
@@ -95,6 +95,7 @@ def run_curve(args: argparse.Namespace, problems: list[dict[str, Any]], out: Pat
         if done[-1] > 0:
             backend.load_adapter(out / f"adapter-{done[-1]}")
     curve["prompt_tokens"] = prompt_tokens(backend, evaluation, show)
+    curve["evaluation"] = [(p["env"], p["scenario"], p["seed"], len(p["prefix"])) for p in evaluation]
     previous = done[-1] if done else 0
     model = args.backend.replace("/", "_").replace(":", "_")
     base = out.parent / f"base-{model}-{args.setting}-{args.split}-{len(evaluation)}x{args.eval_orders}.json"
@@ -118,7 +119,6 @@ def run_curve(args: argparse.Namespace, problems: list[dict[str, Any]], out: Pat
         print(f"{n} problems: first choice accepted {np.mean(ap.good_rate(evaluation, np.array(entry['chosen']))):.3f}"
               f" ({entry['finetune_seconds']:.0f} s fine-tuning, {entry['seconds']:.0f} s evaluation)", flush=True)
         previous = n
-    curve["evaluation"] = [(p["env"], p["scenario"], p["seed"], len(p["prefix"])) for p in evaluation]
     return curve
 
 

@@ -9,7 +9,11 @@ l2rpn_neurips_2020_track1):
   ``train_seconds`` less the final drain of the LLM queue, reported apart: a fixed cost at the end of a run, not a
   per-step one);
 * SAC-only with 1 and 2 rollout workers, environment-bound (``train.updates_per_decision = 0``), with the local and the
-  Ray executor: what parallel workers buy on this machine;
+  Ray executor: what parallel workers buy on this machine. Every worker count does the same work -- the same
+  ``--steps`` over the same sequence of episodes (episode k is always the same scenario and seed) -- so two ratios
+  compare them: **end to end**, the wall time of the whole ``train`` call (building the learner, starting the workers,
+  stepping, the last evaluation and checkpoint), which is what a user waits for, and **steady state**, the
+  environment steps per second while every worker runs;
 * SAC-only with 2 local workers at 4 updates per decision: the learner's side.
 
 The variants run interleaved ``--repeats`` times; every ratio is taken within a repeat (the machine is shared), and
@@ -18,6 +22,9 @@ environment step, seconds per SAC update -- ``docs/learner_saturation.md`` compu
 how many workers one learner process keeps up with.
 
     OMP_WAIT_POLICY=PASSIVE PYTHONPATH=python python benchmarks/bench_loop.py --output benchmarks/RESULTS.md
+    OMP_WAIT_POLICY=PASSIVE PYTHONPATH=python python benchmarks/bench_loop.py --only workers --steps 600 --repeats 1
+
+(the second, a quick check of the worker rows: its start-up costs weigh more at so few steps.)
 """
 
 from __future__ import annotations
@@ -94,8 +101,9 @@ def run_once(overrides: list[str], steps: int, seed: int) -> dict:
     else:  # the in-process loop: its training time without the evaluations and ACE's final drain
         seconds = s["train_seconds"] - drain - s["time_split"]["eval"]
         steps_per_s, updates_per_s = s["env_steps"] / seconds, s["updates"] / seconds
-    return {"env_steps": s["env_steps"], "decisions": s["decisions"], "updates": s["updates"], "wall": wall,
-            "drain": drain, "update_seconds": s["time_split"]["update"], "steps_per_s": steps_per_s,
+    return {"env_steps": s["env_steps"], "decisions": s["decisions"], "episodes": s["episodes"],
+            "updates": s["updates"], "wall": wall, "drain": drain, "update_seconds": s["time_split"]["update"],
+            "steps_per_s": steps_per_s,
             "decisions_per_s": s["decisions"] / s["env_steps"] * steps_per_s, "updates_per_s": updates_per_s,
             "learner_busy": rates.get("learner_busy"), "startup": rates.get("startup_seconds", 0.0),
             "llm_calls": s.get("llm", {}).get("calls"), "accepted": s.get("llm", {}).get("accepted")}
@@ -115,20 +123,28 @@ def measure(steps: int, repeats: int, seed: int, ray: bool, only: str | None) ->
 
 
 def ratios(results: dict[str, list[dict]]) -> list[tuple[str, list[float]]]:
-    """Per-repeat ratios of the issue's goals."""
+    """Per-repeat ratios of the issue's goals: speed-ups as a ratio of rates (steady state) or of wall times for the
+    same work (end to end: ``wall(b) / wall(a)`` is how much faster ``a`` finished)."""
 
-    def per_repeat(a: str, b: str) -> list[float]:
+    def rate(a: str, b: str) -> list[float]:
         return [x["steps_per_s"] / y["steps_per_s"] for x, y in zip(results[a], results[b])]
+
+    def end_to_end(a: str, b: str) -> list[float]:
+        return [y["wall"] / x["wall"] for x, y in zip(results[a], results[b])]
 
     out = []
     if ACE in results:
-        out.append(("ACE / SAC-only, env steps/s (goal >= 0.8)", per_repeat(ACE, SAC)))
-    if LOCAL.format(n=2) in results:
-        out.append(("2 / 1 local workers, env-bound (goal >= 1.6)", per_repeat(LOCAL.format(n=2), LOCAL.format(n=1))))
+        out.append(("ACE / SAC-only, env steps/s (goal >= 0.8)", rate(ACE, SAC)))
+    one, two = LOCAL.format(n=1), LOCAL.format(n=2)
+    if two in results:
+        out += [("2 / 1 local workers, env-bound, end to end (goal >= 1.6)", end_to_end(two, one)),
+                ("2 / 1 local workers, env-bound, steady state", rate(two, one))]
     if RAY.format(n=2) in results:
-        out += [("2 / 1 Ray workers, env-bound", per_repeat(RAY.format(n=2), RAY.format(n=1))),
-                ("Ray / local, 2 workers (goal >= 0.85)", per_repeat(RAY.format(n=2), LOCAL.format(n=2))),
-                ("Ray / local, 1 worker", per_repeat(RAY.format(n=1), LOCAL.format(n=1)))]
+        ray_one, ray_two = RAY.format(n=1), RAY.format(n=2)
+        out += [("Ray / local, 2 workers, end to end (goal >= 0.85)", end_to_end(ray_two, two)),
+                ("Ray / local, 2 workers, steady state", rate(ray_two, two)),
+                ("Ray / local, 1 worker, end to end", end_to_end(ray_one, one)),
+                ("2 / 1 Ray workers, end to end", end_to_end(ray_two, ray_one))]
     return out
 
 
@@ -165,19 +181,23 @@ def report(results: dict[str, list[dict]], steps: int, repeats: int) -> tuple[st
     rows = []
     for label, runs in results.items():
         for r, res in enumerate(runs):
-            rows.append([str(r + 1), label, f"{res['steps_per_s']:,.1f}", f"{res['decisions_per_s']:,.2f}",
-                         f"{res['updates_per_s']:,.1f}", f"{res['wall']:.0f} s",
+            rows.append([str(r + 1), label, f"{res['env_steps']:,} / {res['decisions']:,} / {res['episodes']:,}",
+                         f"{res['steps_per_s']:,.1f}", f"{res['decisions_per_s']:,.2f}",
+                         f"{res['updates_per_s']:,.1f}", f"{res['wall']:.1f} s",
                          f"{res['drain']:.0f} s" if res["drain"] else "-", f"{res['startup']:.1f} s",
                          "-" if res["learner_busy"] is None else f"{100 * res['learner_busy']:.0f}%",
                          "-" if res["llm_calls"] is None else f"{res['llm_calls']} / {res['accepted']}"])
-    table = markdown_table(["repeat", "loop", "env steps/s", "decisions/s", "updates/s", "wall", "LLM drain",
-                            "worker start-up", "learner busy", "LLM calls / accepted"], rows)
+    table = markdown_table(["repeat", "loop", "steps / decisions / episodes", "env steps/s", "decisions/s",
+                            "updates/s", "wall (end to end)", "LLM drain", "worker start-up", "learner busy",
+                            "LLM calls / accepted"], rows)
     ratio_rows = [[name, ", ".join(f"{v:.2f}" for v in vals), f"{np.median(vals):.2f}"]
                   for name, vals in ratios(results)]
     body = (f"{steps:,} environment steps per run, make run's configuration (`experiments/make_run.toml`), 1 torch "
             f"thread, {repeats} interleaved repeat(s); rates over the loop (rollout workers: from their first "
-            "batch; ACE: without the final drain of its LLM queue).\n\n" + table + "\n\nRatios, taken within each "
-            "repeat:\n\n" + markdown_table(["ratio", "per repeat", "median"], ratio_rows))
+            "batch; ACE: without the final drain of its LLM queue); wall: the whole `train` call, start-up included. "
+            "Every row steps the same sequence of episodes.\n\n" + table + "\n\nRatios, taken within "
+            "each repeat (end to end: the ratio of wall times for the same work):\n\n"
+            + markdown_table(["ratio", "per repeat", "median"], ratio_rows))
     if LOCAL.format(n=1) not in results or not all(r["updates"] for r in results[SAC]):
         return body, ""  # the saturation page needs a 1-worker rate and measured updates (a run past learning_starts)
     sat_table, c = saturation(results)

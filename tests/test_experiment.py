@@ -376,21 +376,21 @@ def test_a_half_done_training_run_is_resumed(tmp_path: Path, monkeypatch: pytest
 name = "SAC-only"
 kind = "sac-only"
 """)
-    original = train_module.train_episode
+    original = train_module.on_schedule
 
-    def stop_midway(run, bar):
+    def stop_midway(run, since=None):
         if run.counters.env_steps >= 80:
             raise Interrupted
-        original(run, bar)
+        original(run, since)
 
-    monkeypatch.setattr(train_module, "train_episode", stop_midway)
+    monkeypatch.setattr(train_module, "on_schedule", stop_midway)
     spec = ex.load_experiment(path)
     with pytest.raises(Interrupted):
         ex.run_experiment(spec, tmp_path / "out", progress=False)
     run_dir = tmp_path / "out" / "runs" / "sac-only-seed3"
     stopped_at = load_checkpoint_file(run_dir / "checkpoint.pt")["counters"]["env_steps"]
     assert 50 <= stopped_at < 160 and not (tmp_path / "out" / "cells" / "sac-only-seed3.json").exists()
-    monkeypatch.setattr(train_module, "train_episode", original)
+    monkeypatch.setattr(train_module, "on_schedule", original)
     result = ex.run_experiment(spec, tmp_path / "out", progress=False)
     cell = result["cells"][0]
     assert result["ran"] == ["sac-only-seed3"] and cell["train"]["resumed"] is True

@@ -243,7 +243,7 @@ pytest.importorskip("grid2op")
 pytest.importorskip("torch")
 from ace_hybrid.replay import MixedReplayBuffer
 from ace_hybrid.training.checkpoint import load_checkpoint_file, restore, save_checkpoint
-from ace_hybrid.training.loop import _open, train, train_episode
+from ace_hybrid.training.loop import _open, learn, train
 
 TINY = [
     *tiny_settings.TINY, "env.eval_max_steps=10", "env.max_episode_steps=25", "replay.llm_capacity=200",
@@ -381,12 +381,18 @@ def test_a_checkpoint_with_work_pending_resumes_without_losing_what_was_accepted
     cfg = _cfg(tiny_lm, "train.total_env_steps=400", "ace.max_llm_calls=0", "ace.queue_size=3",
                "ace.coevolve=false")
     run = _open(cfg, run_dir, False, None)
-    try:  # drive the loop by hand, kill-free: save the moment something is accepted while more is pending
-        for _ in range(40):
-            train_episode(run, _NoBar())
-            run.llm.poll(run)
-            if run.llm.stats.accepted and run.llm.worker.pending:
-                break
+    poll = run.llm.poll
+
+    def poll_until_accepted_with_more_pending(r):
+        out = poll(r)
+        if r.llm.stats.accepted and r.llm.worker.pending:
+            r.stop_requested = True  # as Ctrl-C does: the learner stops after this step
+        return out
+
+    run.llm.poll = poll_until_accepted_with_more_pending
+    try:  # drive the learner by hand, kill-free: save the moment something is accepted while more is pending
+        learn(run, _NoBar())
+        assert run.stop_requested, "nothing was accepted while more was pending in 400 steps"
         assert run.llm.stats.accepted >= 1 and run.llm.worker.pending >= 1
         save_checkpoint(run)
         saved_steps = run.counters.env_steps

@@ -1,5 +1,6 @@
-"""Parallel rollouts (train.workers >= 1): local processes and Ray actors, the same transitions from the same seeds,
-checkpoints and resume, Ctrl-C, and workers that fail or die (tiny runs on the 14-substation grid, 2 workers)."""
+"""Rollout workers: one step path inline (train.workers = 0) and in local processes or Ray actors, one sequence of
+episodes and one step budget whatever the number of workers, the same transitions from the same seeds, checkpoints and
+resume, Ctrl-C, and workers that fail or die (tiny runs on the 14-substation grid)."""
 
 from __future__ import annotations
 
@@ -21,8 +22,9 @@ from ace_hybrid.config import load_config  # noqa: E402
 from ace_hybrid.replay import MixedReplayBuffer  # noqa: E402
 from ace_hybrid.training.checkpoint import load_checkpoint_file  # noqa: E402
 from ace_hybrid.training.executors import LocalExecutor, RayExecutor, WorkerError  # noqa: E402
+from ace_hybrid.training import loop  # noqa: E402
 from ace_hybrid.training.loop import train  # noqa: E402
-from ace_hybrid.training.rollout import share, worker_seed  # noqa: E402
+from ace_hybrid.training.rollout import Budget, Dealer, episode_of, exploration_seed  # noqa: E402
 
 import rollout_fixtures as fx  # noqa: E402 (tests/ is on sys.path: see conftest.py)
 from process_fixtures import assert_children_exit_with_parent, start_cli_training, wait_for_checkpoint  # noqa: E402
@@ -36,6 +38,12 @@ QUIET = ["log.tensorboard=false", "train.workers=2", "train.worker_batch_steps=4
 FIXED = [*QUIET, "train.updates_per_decision=0", "train.eval_every=0", "train.checkpoint_every=100000",
          "train.total_env_steps=160"]
 """A fixed policy: nothing is learned, nothing is sent after the first policy."""
+ALIGNED = [*FIXED, "env.max_episode_steps=20", "train.worker_batch_steps=20", "train.tutor_steps=160",
+           "train.tutor_budget=3", "replay.llm_capacity=400"]
+"""A fixed policy that reads no normaliser (the tutor decides at every danger step), and episodes that all run 20 steps
+(none blacks out), one per batch: every number of workers plays episodes 0-7 in full, whatever the timing."""
+FIELDS = ("episode", "decision", "obs", "action", "reward", "next_obs", "done", "truncated", "max_rho", "blackout",
+          "tutor", "version")
 
 
 def tiny(*extra: str):
@@ -43,17 +51,37 @@ def tiny(*extra: str):
 
 
 def transitions(run_dir: Path) -> dict[str, np.ndarray]:
-    """The RL partition of the run's last checkpoint, ordered by (episode, decision)."""
+    """Both partitions of the run's last checkpoint (the tutor's decisions are in the LLM one), ordered by
+    (episode, decision)."""
     replay = MixedReplayBuffer.load(run_dir / load_checkpoint_file(run_dir / "checkpoint.pt")["replay_file"])
-    rows = replay.get(replay.rl_columns()["index"])
+    handles = np.concatenate([replay.rl_columns()["index"], np.arange(replay.llm_size, dtype=np.int64) * 2 + 1])
+    rows = replay.get(handles)
     order = np.lexsort((rows.decision, rows.episode))
     return {k: getattr(rows, k)[order] for k in ("episode", "decision", "obs", "action", "reward", "next_obs",
-                                                  "done", "truncated")}
+                                                  "done", "truncated", "from_llm")}
+
+
+def episodes(run_dir: Path) -> list[tuple[int, int, float]]:
+    """(id, steps, blackout) of every finished episode the run logged, by id."""
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return sorted((x["episode/id"], x["episode/steps"], x["episode/blackout"]) for x in lines if "episode/id" in x)
 
 
 def assert_same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
     for key, values in a.items():
         np.testing.assert_array_equal(values, b[key], err_msg=key)
+
+
+def stored(monkeypatch: pytest.MonkeyPatch, cfg, run_dir: Path) -> dict[str, list]:
+    """Train ``cfg``, recording every transition the learner stores, as it stores it (the inline worker's from its
+    sink, a worker process's from its batches), ordered by (episode, decision)."""
+    seen = []
+    original = loop.store
+    monkeypatch.setattr(loop, "store", lambda run, p: (seen.append(p), original(run, p)))
+    train(cfg, run_dir)
+    monkeypatch.setattr(loop, "store", original)
+    seen.sort(key=lambda p: (p.episode, p.decision))
+    return {k: [getattr(p, k) for p in seen] for k in FIELDS}
 
 
 # ------------------------------------------------------------------------------------------- configuration
@@ -84,14 +112,18 @@ def test_options_that_need_each_other_say_so() -> None:
     assert load_config(None, ["train.workers=2", "train.executor=ray", "train.ray_address=auto"])
 
 
-def test_budgets_split_evenly_and_seeds_differ_per_worker_and_session() -> None:
-    assert [share(10, 3, k) for k in range(3)] == [4, 3, 3] and [share(0, 2, k) for k in range(2)] == [0, 0]
-    seeds = {worker_seed(0, k, first) for k in range(4) for first in (0, 8)}
-    assert len(seeds) == 8 and all(0 <= s < 2**63 for s in seeds)
-    assert all(0 <= worker_seed(s, 3, 0, bits=31) < 2**31 for s in range(20))  # Grid2Op's seeds are int32
-    assert worker_seed(1000, 0, 0) != worker_seed(0, 1, 0)  # unlike seed + 1000 k
-    with pytest.raises(ValueError, match=r"part 2 out of range \[0, 2\)"):
-        share(10, 2, 2)
+def test_one_dealer_hands_out_the_episodes_in_order_and_the_budget_once() -> None:
+    dealer = Dealer(Budget(first_step=10, total_steps=25, first_episode=3))
+    assert [dealer.steps(10) for _ in range(3)] == [(10, 10), (20, 5), (25, 0)]
+    assert [dealer.episode() for _ in range(3)] == [3, 4, 5]
+    import multiprocessing
+
+    shared = Dealer.shared(multiprocessing.get_context("spawn"), Budget(0, 7, 0))
+    assert [shared.steps(4), shared.steps(4), shared.episode(), shared.episode()] == [(0, 4), (4, 3), 0, 1]
+    cfg = tiny("env.train_scenarios=[0, 1, 2]", "env.train_seed_start=100")
+    assert [episode_of(cfg, k) for k in range(4)] == [(0, 100), (1, 101), (2, 102), (0, 103)]
+    seeds = {exploration_seed(s, k) for s in (0, 1) for k in range(50)}
+    assert len(seeds) == 100 and all(0 <= x < 2**63 for x in seeds)
 
 
 def test_rates_are_measured_while_every_worker_runs() -> None:
@@ -146,17 +178,18 @@ def test_local_workers_train_save_and_resume(tmp_path: Path) -> None:
                          "replay.llm_capacity=200"), run)
     assert summary["env_steps"] == 240 and summary["updates"] > 0
     rates = summary["rates"]
-    assert [w["env_steps"] for w in rates["per_worker"]] == [120, 120]
+    assert sum(w["env_steps"] for w in rates["per_worker"]) == 240 and len(rates["per_worker"]) == 2
     assert rates["env_steps_per_s"] > 0 and rates["learner_updates_per_s"] > 0 and rates["startup_seconds"] > 0
     state = load_checkpoint_file(run / "checkpoint.pt")
     assert state["counters"]["env_steps"] == 240 and state["counters"]["decisions"] == summary["decisions"]
     replay = MixedReplayBuffer.load(run / state["replay_file"])
-    # Every decision is one transition: the policy's in the RL partition, the tutor's (each worker's first 30 steps)
-    # in the validated partition.
+    # Every decision is one transition: the policy's in the RL partition, the tutor's (the run's first 60 steps) in
+    # the validated partition.
     assert 0 < replay.llm_valid_size <= 60
-    assert len(transitions(run)["action"]) + replay.llm_valid_size == summary["decisions"]
-    episodes = transitions(run)["episode"]
-    assert set(episodes % 2) == {0, 1}  # both workers' episodes, dealt round-robin
+    made = transitions(run)
+    assert len(made["action"]) == summary["decisions"] and made["from_llm"].sum() == replay.llm_valid_size
+    ids = np.unique(made["episode"])
+    assert ids.tolist() == list(range(len(ids)))  # one sequence of episodes, not one per worker
     lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     rated = [x for x in lines if "rate/learner_updates_per_s" in x]
     assert rated and all(f"rate/worker_{k}_env_steps_per_s" in x for x in rated for k in (0, 1))
@@ -166,34 +199,50 @@ def test_local_workers_train_save_and_resume(tmp_path: Path) -> None:
     saved_next = state["counters"]["next_episode"]
     resumed = train(None, run, resume=True, total_env_steps=300)
     assert resumed["env_steps"] == 300 and resumed["decisions"] > summary["decisions"]
-    new = set(transitions(run)["episode"].tolist()) - set(episodes.tolist())
+    new = set(transitions(run)["episode"].tolist()) - set(ids.tolist())
     assert new and min(new) >= saved_next  # a resumed run never reuses an episode id
     steps = [json.loads(x)["env_steps"] for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert steps == sorted(steps)
 
 
+@pytest.mark.slow
+def test_the_inline_worker_and_a_worker_process_make_the_same_transitions(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """One step path: a fixed policy (the initial networks, nothing learned) stepped in the learner's thread
+    (train.workers = 0) and in one local worker process makes the same transitions, field by field, down to what only
+    ACE reads (max rho, blackout)."""
+    fixed = [*FIXED, "train.total_env_steps=120"]
+    inline = stored(monkeypatch, tiny(*fixed, "train.workers=0"), tmp_path / "inline")
+    process = stored(monkeypatch, tiny(*fixed, "train.workers=1"), tmp_path / "process")
+    assert len(inline["action"]) > 20 and len(set(inline["episode"])) > 2 and any(inline["blackout"])
+    for key in FIELDS:
+        np.testing.assert_array_equal(np.asarray(inline[key]), np.asarray(process[key]), err_msg=key)
+
+
 @pytest.fixture(scope="module")
-def fixed_policy_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, np.ndarray]:
-    run = tmp_path_factory.mktemp("fixed") / "run"
-    summary = train(tiny(*FIXED), run)
-    assert summary["updates"] == 0 and [w["env_steps"] for w in summary["rates"]["per_worker"]] == [80, 80]
-    return transitions(run)
+def aligned_two_workers(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run = tmp_path_factory.mktemp("aligned") / "run"
+    summary = train(tiny(*ALIGNED), run)
+    assert summary["updates"] == 0 and sum(w["env_steps"] for w in summary["rates"]["per_worker"]) == 160
+    return run
 
 
 @pytest.mark.slow
-def test_same_seeds_give_each_worker_the_same_transitions(fixed_policy_run, tmp_path: Path) -> None:
-    train(tiny(*FIXED), tmp_path / "again")
-    assert_same(fixed_policy_run, transitions(tmp_path / "again"))
-    by_worker = [fixed_policy_run["episode"] % 2 == k for k in (0, 1)]
-    assert all(rows.sum() > 0 for rows in by_worker)
-    first = [fixed_policy_run["obs"][rows][0] for rows in by_worker]
-    assert not np.array_equal(*first)  # each worker its own episodes and seeds
+def test_one_and_two_workers_play_the_same_episodes(aligned_two_workers: Path, tmp_path: Path) -> None:
+    """Episodes come from one sequence and the budget is the run's: one worker and two play episodes 0-7 -- the same
+    (scenario, seed) pairs, each in full -- and the same transitions (a fixed policy that reads no normaliser)."""
+    train(tiny(*ALIGNED, "train.workers=1"), tmp_path / "one")
+    played = episodes(aligned_two_workers)
+    assert played == episodes(tmp_path / "one") == [(k, 20, 0.0) for k in range(8)]
+    cfg = tiny(*ALIGNED)
+    assert [episode_of(cfg, k) for k, _, _ in played] == [(k % 2, cfg.env.train_seed_start + k) for k in range(8)]
+    assert_same(transitions(aligned_two_workers), transitions(tmp_path / "one"))
 
 
 def test_a_new_policy_reaches_the_workers() -> None:
     executor = LocalExecutor(worker_cls=fx.StampWorker)
     try:
-        executor.start([fx.spec(0), fx.spec(1)], fx.policy(0))
+        executor.start([fx.spec(0), fx.spec(1)], fx.policy(0), fx.budget())
         seen = _versions(executor, until=lambda v: all(v.get(k) == 0 for k in (0, 1)))
         executor.set_weights(fx.policy(7))
         seen = _versions(executor, until=lambda v: all(v.get(k) == 7 for k in (0, 1)))
@@ -210,7 +259,7 @@ def _versions(executor, until, seconds: float = 60.0) -> dict[int, int]:
         assert time.monotonic() < deadline, f"versions seen: {latest}"
         batch = executor.collect(timeout=0.5)
         if batch is not None:
-            latest[batch.worker] = int(batch.version[0])
+            latest[batch.worker] = batch.transitions[0].version
     return latest
 
 
@@ -222,14 +271,14 @@ def _collect_until_finished(executor, seconds: float = 60.0) -> dict[int, list[i
         assert time.monotonic() < deadline, f"batches seen: {seen}"
         batch = executor.collect(timeout=0.5)
         if batch is not None:
-            seen[batch.worker] += batch.decision.tolist()
+            seen[batch.worker] += [p.decision for p in batch.transitions]
     return seen
 
 
 def test_local_batches_come_in_order_and_all_before_finished() -> None:
     executor = LocalExecutor(worker_cls=fx.CountingWorker)
     try:
-        executor.start([fx.spec(0), fx.spec(1)], fx.policy(0))
+        executor.start([fx.spec(0), fx.spec(1)], fx.policy(0), fx.budget())
         assert _collect_until_finished(executor) == {0: [0, 1, 2, 3, 4], 1: [0, 1, 2, 3, 4]}
     finally:
         executor.close()
@@ -238,7 +287,7 @@ def test_local_batches_come_in_order_and_all_before_finished() -> None:
 def test_a_worker_that_raises_is_a_clear_error() -> None:
     executor = LocalExecutor(worker_cls=fx.BrokenWorker)
     try:
-        executor.start([fx.spec(0, workers=1)], fx.policy(0))
+        executor.start([fx.spec(0)], fx.policy(0), fx.budget())
         with pytest.raises(WorkerError, match="(?s)rollout worker 0 failed.*worker 0 broken on purpose"):
             _versions(executor, until=lambda v: False)
     finally:
@@ -248,7 +297,7 @@ def test_a_worker_that_raises_is_a_clear_error() -> None:
 def test_a_killed_worker_is_a_clear_error_not_a_hang() -> None:
     executor = LocalExecutor(worker_cls=fx.StampWorker)
     try:
-        executor.start([fx.spec(0), fx.spec(1)], fx.policy(0))
+        executor.start([fx.spec(0), fx.spec(1)], fx.policy(0), fx.budget())
         _versions(executor, until=lambda v: len(v) == 2)
         os.kill(executor.pids[1], signal.SIGKILL)
         started = time.monotonic()
@@ -265,7 +314,7 @@ def test_workers_exit_when_the_learner_is_killed(tmp_path: Path) -> None:
             "from ace_hybrid.training.executors import LocalExecutor\n"
             "if __name__ == '__main__':\n"
             "    ex = LocalExecutor(worker_cls=fx.StampWorker)\n"
-            "    ex.start([fx.spec(0), fx.spec(1)], fx.policy(0))\n"
+            "    ex.start([fx.spec(0), fx.spec(1)], fx.policy(0), fx.budget())\n"
             "    print(*ex.pids, flush=True)\n"
             "    time.sleep(600)\n")
     script = tmp_path / "learner.py"
@@ -332,10 +381,11 @@ def ray_cluster():
 
 
 @pytest.mark.slow
-def test_ray_workers_make_the_local_transitions(ray_cluster, fixed_policy_run, tmp_path: Path) -> None:
-    summary = train(tiny(*FIXED, "train.executor=ray"), tmp_path / "run")
-    assert [w["env_steps"] for w in summary["rates"]["per_worker"]] == [80, 80]
-    assert_same(fixed_policy_run, transitions(tmp_path / "run"))
+def test_ray_workers_make_the_local_transitions(ray_cluster, aligned_two_workers: Path, tmp_path: Path) -> None:
+    summary = train(tiny(*ALIGNED, "train.executor=ray"), tmp_path / "run")
+    assert sum(w["env_steps"] for w in summary["rates"]["per_worker"]) == 160
+    assert episodes(tmp_path / "run") == episodes(aligned_two_workers)
+    assert_same(transitions(aligned_two_workers), transitions(tmp_path / "run"))
     assert ray_cluster.is_initialized()  # a Ray the caller started is the caller's to stop
 
 
@@ -353,7 +403,7 @@ def test_ray_batches_come_in_order_and_all_before_finished(ray_cluster) -> None:
     """Two calls in flight per actor: the last batch must not be read before an earlier one that is also ready."""
     executor = RayExecutor(worker_cls=fx.CountingWorker)
     try:
-        executor.start([fx.spec(0), fx.spec(1)], fx.policy(0))
+        executor.start([fx.spec(0), fx.spec(1)], fx.policy(0), fx.budget())
         time.sleep(1.0)  # both calls of each actor done before the first read
         assert _collect_until_finished(executor) == {0: [0, 1, 2, 3, 4], 1: [0, 1, 2, 3, 4]}
     finally:
@@ -363,7 +413,7 @@ def test_ray_batches_come_in_order_and_all_before_finished(ray_cluster) -> None:
 def test_a_killed_ray_worker_is_a_clear_error(ray_cluster) -> None:
     executor = RayExecutor(worker_cls=fx.StampWorker)
     try:
-        executor.start([fx.spec(0), fx.spec(1)], fx.policy(0))
+        executor.start([fx.spec(0), fx.spec(1)], fx.policy(0), fx.budget())
         _versions(executor, until=lambda v: len(v) == 2)
         ray_cluster.kill(executor.actors[0])
         with pytest.raises(WorkerError, match="rollout worker 0 died on Ray"):

@@ -12,19 +12,18 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from ace_hybrid.sac import (  # noqa: E402
-    DiscreteSAC,
-    SACConfig,
-    UpdateResult,
-    _Factors,
-    _mask_logits_,
-    _pack_mask,
-    _policy_gradient,
-    _sample_actions,
-    _sampled_logit_grad,
-    _soft_stream,
-    _Stream,
-    _Workspace,
+from ace_hybrid.sac import DiscreteSAC, SACConfig, UpdateBatch, UpdateResult  # noqa: E402
+from ace_hybrid.sac.reference import policy_loss, reference_update  # noqa: E402
+from ace_hybrid.sac.stream import (  # noqa: E402
+    Factors,
+    Stream,
+    Workspace,
+    mask_logits_,
+    pack_mask,
+    policy_gradient,
+    sample_actions,
+    sampled_logit_grad,
+    soft_stream,
 )
 
 SMALL = dict(hidden=(32,), embed_dim=8, batch_size=16)
@@ -55,8 +54,8 @@ def _batch(rng: np.random.Generator, b: int, d: int, n: int, *, p_legal: float =
     return dict(
         obs=rng.standard_normal((b, d), dtype=np.float32), action=action,
         reward=rng.standard_normal(b).astype(np.float32), next_obs=rng.standard_normal((b, d), dtype=np.float32),
-        done=rng.random(b) < 0.2, weight=rng.uniform(0.2, 1.0, b).astype(np.float32), mask=mask,
-        next_mask=next_mask, steps=rng.integers(1, 4, b),
+        done=rng.random(b) < 0.2, weight=rng.uniform(0.2, 1.0, b).astype(np.float32), legal_mask=mask,
+        next_legal_mask=next_mask, steps=rng.integers(1, 4, b),
     )
 
 
@@ -106,9 +105,11 @@ def _bandit_gap_closed(head: str, n: int, steps: int, seed: int, lr: float = 3e-
             idx = rng.integers(0, len(buf_obs), cfg.batch_size)
             o = np.stack([buf_obs[i] for i in idx])
             # one-step episodes: done, and no legal next action is needed
-            agent.update(o, np.array([buf_act[i] for i in idx]), np.array([buf_rew[i] for i in idx], np.float32),
-                         o, np.ones(len(idx), bool), np.ones(len(idx), np.float32),
-                         np.stack([buf_mask[i] for i in idx]), np.zeros((len(idx), n), bool))
+            agent.update(UpdateBatch(
+                obs=o, action=np.array([buf_act[i] for i in idx]),
+                reward=np.array([buf_rew[i] for i in idx], np.float32), next_obs=o, done=np.ones(len(idx), bool),
+                weight=np.ones(len(idx), np.float32), legal_mask=np.stack([buf_mask[i] for i in idx]),
+                next_legal_mask=np.zeros((len(idx), n), bool)))
     greedy = best = uniform = 0.0
     for _ in range(300):
         c, obs, mask = state()
@@ -153,27 +154,27 @@ def test_sampled_and_greedy_actions_are_always_legal() -> None:
 
 
 def _packed(legal: torch.Tensor) -> torch.Tensor:
-    return torch.from_numpy(_pack_mask(legal.numpy()))
+    return torch.from_numpy(pack_mask(legal.numpy()))
 
 
-def _factors(values: torch.Tensor) -> _Factors:
+def _factors(values: torch.Tensor) -> Factors:
     """Factors whose scores are exactly ``values`` (B, n): h = values, E = identity, no bias."""
     n = values.shape[1]
-    return _Factors(values.clone(), torch.eye(n), torch.zeros(n))
+    return Factors(values.clone(), torch.eye(n), torch.zeros(n))
 
 
 def _stream(logits: torch.Tensor, q: torch.Tensor | None, legal: torch.Tensor, alpha: float, mode: str,
-            rows: int = 32) -> tuple[_Stream, _Workspace]:
+            rows: int = 32) -> tuple[Stream, Workspace]:
     """A stream over (B, n) logits and Q values with blocks of ``rows`` actions (several blocks for n > rows)."""
-    ws = _Workspace(logits.shape[1], logits.shape[0], torch.device("cpu"), rows=rows)
+    ws = Workspace(logits.shape[1], logits.shape[0], torch.device("cpu"), rows=rows)
     q_f = None if q is None else _factors(q)
-    return _soft_stream(_factors(logits), q_f, q_f, _packed(legal), alpha, ws, mode), ws
+    return soft_stream(_factors(logits), q_f, q_f, _packed(legal), alpha, ws, mode), ws
 
 
 def test_masked_logits_become_finfo_min_never_minus_inf() -> None:
     keep = torch.tensor([[1.0, 0.0, 1.0, 0.0]])
     logits = torch.tensor([[3.0, -1e6, 1e-3, 1e6]])
-    masked = _mask_logits_(logits.clone(), keep, torch.empty(1, 4))
+    masked = mask_logits_(logits.clone(), keep, torch.empty(1, 4))
     fmin = torch.finfo(torch.float32).min
     assert masked[0, 1].item() == fmin and masked[0, 3].item() == fmin
     assert masked[0, 0].item() == 3.0 and masked[0, 2].item() == pytest.approx(1e-3)
@@ -183,8 +184,8 @@ def test_masked_logits_become_finfo_min_never_minus_inf() -> None:
 def test_packed_masks_unpack_to_the_legal_blocks() -> None:
     rng = np.random.default_rng(0)
     legal = rng.random((5, 203)) < 0.4
-    ws = _Workspace(203, 5, torch.device("cpu"))
-    packed = torch.from_numpy(_pack_mask(legal))
+    ws = Workspace(203, 5, torch.device("cpu"))
+    packed = torch.from_numpy(pack_mask(legal))
     for lo, hi in [(0, 64), (64, 160), (160, 203)]:
         assert np.array_equal(ws.legal_block(packed, lo, hi).numpy(), legal[:, lo:hi].T.astype(np.float32))
 
@@ -206,15 +207,18 @@ def test_uniform_policy_over_k_legal_actions_has_entropy_log_k(k: int) -> None:
 
 def _dense_reference(logits: torch.Tensor, q: torch.Tensor, legal: torch.Tensor,
                      alpha: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Float64 autograd over the legal actions: per-state loss sum_a pi (alpha log pi - q), entropy, and the
-    gradient of the summed loss with respect to the logits."""
+    """The reference's per-state policy loss, entropy and logit gradient (ace_hybrid.sac.reference), in float64."""
+    return policy_loss(logits.double(), q.double(), legal, alpha)
+
+
+def test_the_reference_policy_gradient_is_autograds() -> None:
+    """The dense reference writes d loss / d z out by hand; here float64 autograd of its loss agrees."""
+    logits, q, legal = _problem(5, 6, 40, 0.5)
     z = logits.double().requires_grad_(True)
-    logp = torch.log_softmax(z.masked_fill(~legal, -1e300), 1)
-    p = logp.exp()
-    loss = torch.where(legal, p * (alpha * logp - q.double()), torch.zeros((), dtype=torch.float64)).sum(1)
+    loss, entropy, grad = policy_loss(z, q.double(), legal, 0.7)
     loss.sum().backward()
-    entropy = -torch.where(legal, p * logp, torch.zeros((), dtype=torch.float64)).sum(1)
-    return loss.detach(), entropy.detach(), z.grad
+    torch.testing.assert_close(grad.detach(), z.grad, rtol=1e-10, atol=1e-12)
+    assert (grad[~legal] == 0).all() and (loss[~legal.any(1)] == 0).all() and (entropy >= 0).all()
 
 
 def _problem(seed: int, b: int, n: int, p_legal: float,
@@ -235,18 +239,18 @@ def test_all_but_one_masked_gives_no_nan_anywhere() -> None:
     n, d, b = 30, 4, 8
     agent = DiscreteSAC(d, n, SACConfig(**SMALL, init_alpha=5.0), seed=2)  # alpha > 1: alpha * finfo.min = -inf
     batch = _batch(rng, b, d, n)
-    batch["mask"][:] = False
-    batch["mask"][np.arange(b), batch["action"]] = True
-    batch["next_mask"][:] = False
-    batch["next_mask"][:, 3] = True
-    batch["next_mask"][batch["done"]] = False  # terminal rows may have no legal next action at all
+    batch["legal_mask"][:] = False
+    batch["legal_mask"][np.arange(b), batch["action"]] = True
+    batch["next_legal_mask"][:] = False
+    batch["next_legal_mask"][:, 3] = True
+    batch["next_legal_mask"][batch["done"]] = False  # terminal rows may have no legal next action at all
     for _ in range(3):
-        res = agent.update(**batch)
+        res = agent.update(UpdateBatch(**batch))
         assert np.isfinite(res.td_error).all()
         assert all(math.isfinite(v) for v in res.metrics.values()), res.metrics
         assert res.metrics["entropy"] == 0.0 and res.metrics["target_entropy"] == 0.0
     assert all(torch.isfinite(p).all() for p in _params(agent))
-    probs = agent.policy_probs(batch["obs"][0], batch["mask"][0])
+    probs = agent.policy_probs(batch["obs"][0], batch["legal_mask"][0])
     assert probs[batch["action"][0]] == 1.0 and probs.sum() == 1.0
 
 
@@ -260,7 +264,7 @@ def test_streamed_policy_gradient_matches_autograd() -> None:
     assert torch.allclose((st.log_z - st.mean_z).double(), ref_entropy, atol=1e-4)
     # With h = logits and E = identity, d loss / d E = grad.T h and d loss / d h = grad; the bias gets grad.sum(0).
     f = _factors(logits)
-    d_h, d_emb, d_bias = _policy_gradient(f, st, ws, scale)
+    d_h, d_emb, d_bias = policy_gradient(f, st, ws, scale)
     assert torch.allclose(d_h.double(), scale * ref_grad, atol=1e-6)
     assert torch.allclose(d_bias.double(), scale * ref_grad.sum(0), atol=1e-6)
     assert torch.allclose(d_emb.double(), scale * ref_grad.t() @ logits.double(), atol=1e-4)
@@ -282,7 +286,7 @@ def test_illegal_logits_far_above_the_legal_ones_change_nothing(mode: str) -> No
     assert torch.allclose((-st.mean_w - alpha * st.log_z).double()[ok], ref_loss[ok], atol=1e-4)
     if mode == "grad":
         assert torch.allclose((st.log_z - st.mean_z).double()[ok], ref_entropy[ok], atol=1e-4)
-        d_h, _, _ = _policy_gradient(_factors(logits), st, ws, 1.0)
+        d_h, _, _ = policy_gradient(_factors(logits), st, ws, 1.0)
         assert torch.allclose(d_h.double(), ref_grad, atol=1e-6)
 
 
@@ -306,7 +310,7 @@ def test_sampled_actions_follow_the_policy_and_are_never_illegal() -> None:
     gen = torch.Generator().manual_seed(3)
     counts = torch.zeros(b, n, dtype=torch.float64)
     for _ in range(draws):
-        a = _sample_actions(st, ws, k, gen)
+        a = sample_actions(st, ws, k, gen)
         assert legal.gather(1, a).all()
         counts.scatter_add_(1, a, torch.ones(b, k, dtype=torch.float64))
     pi = torch.softmax(logits.double().masked_fill(~legal, -1e300), 1)
@@ -335,9 +339,9 @@ def test_sampled_policy_gradient_is_unbiased() -> None:
     s2 = torch.zeros(b, n, dtype=torch.float64)
     hits = torch.zeros(b, n)
     for _ in range(draws):
-        a = _sample_actions(st, ws, k, gen)
+        a = sample_actions(st, ws, k, gen)
         f = alpha * (logits.gather(1, a) - st.log_z[:, None]) - q.gather(1, a)
-        one = torch.zeros(b, n, dtype=torch.float64).scatter_add_(1, a, _sampled_logit_grad(f, 1.0).double())
+        one = torch.zeros(b, n, dtype=torch.float64).scatter_add_(1, a, sampled_logit_grad(f, 1.0).double())
         s1 += one
         s2 += one**2
         hits.scatter_add_(1, a, torch.ones(b, k))
@@ -369,10 +373,10 @@ def test_temperature_falls_when_entropy_exceeds_target(ratio: float, direction: 
     agent = DiscreteSAC(d, n, cfg, seed=3)
     _uniform_actor(agent)
     batch = _batch(rng, b, d, n)
-    batch["mask"][:] = False
-    batch["mask"][:, 10:10 + k] = True
+    batch["legal_mask"][:] = False
+    batch["legal_mask"][:, 10:10 + k] = True
     batch["action"][:] = 12
-    res = agent.update(**batch)
+    res = agent.update(UpdateBatch(**batch))
     assert res.metrics["entropy"] == pytest.approx(math.log(k), abs=1e-5)
     assert res.metrics["target_entropy"] == pytest.approx(ratio * math.log(k), abs=1e-6)
     change = agent.alpha - 0.2
@@ -389,7 +393,7 @@ def test_temperature_rises_when_entropy_is_below_target() -> None:
     _uniform_actor(agent)
     with torch.no_grad():
         agent.actor.bias[0] = 40.0  # almost deterministic on action 0
-    res = agent.update(**_batch(rng, b, d, n))
+    res = agent.update(UpdateBatch(**_batch(rng, b, d, n)))
     assert res.metrics["entropy"] < 0.01 < res.metrics["target_entropy"]
     assert agent.alpha > 0.2
 
@@ -414,13 +418,13 @@ def test_td_error_matches_a_reference_soft_target_with_semi_mdp_discount(head: s
     q_now = torch.minimum(agent._scores("q1", as_t(batch["obs"])), agent._scores("q2", as_t(batch["obs"]))).numpy()
     expected = np.empty(b)
     for i in range(b):
-        legal = batch["next_mask"][i]
+        legal = batch["next_legal_mask"][i]
         z = logits[i, legal]
         logp = z - z.max() - np.log(np.exp(z - z.max()).sum())
         v = (np.exp(logp) * (q_next[i, legal] - 0.37 * logp)).sum()
         y = batch["reward"][i] + (0.0 if batch["done"][i] else 0.9 ** batch["steps"][i] * v)
         expected[i] = abs(q_now[i, batch["action"][i]] - y)
-    res = agent.update(**batch)
+    res = agent.update(UpdateBatch(**batch))
     np.testing.assert_allclose(res.td_error, expected, rtol=1e-4, atol=1e-5)
     assert isinstance(res, UpdateResult) and res.td_error.dtype == np.float32
 
@@ -431,7 +435,7 @@ def test_zero_importance_weights_leave_the_critics_unchanged() -> None:
     batch = _batch(rng, 8, 4, 20)
     batch["weight"][:] = 0.0
     before = [p.detach().clone() for p in agent.q1.parameters()]
-    res = agent.update(**batch)
+    res = agent.update(UpdateBatch(**batch))
     assert res.metrics["critic_loss"] == 0.0
     assert all(torch.equal(a, b) for a, b in zip(before, agent.q1.parameters()))
 
@@ -441,9 +445,70 @@ def test_targets_follow_polyak_averaging() -> None:
     cfg = SACConfig(**SMALL, polyak=0.9)
     agent = DiscreteSAC(4, 20, cfg, seed=8)
     old = [p.detach().clone() for p in agent.q2_target.parameters()]
-    agent.update(**_batch(rng, 8, 4, 20))
+    agent.update(UpdateBatch(**_batch(rng, 8, 4, 20)))
     for t_old, t_new, online in zip(old, agent.q2_target.parameters(), agent.q2.parameters()):
         torch.testing.assert_close(t_new, 0.9 * t_old + 0.1 * online.detach())
+
+
+# ------------------------------------------------------------------------------------------- the reference, the batch
+
+
+@pytest.mark.parametrize(("head", "imitation"), [("lowrank", False), ("lowrank", True), ("linear", True)])
+def test_the_update_matches_the_dense_reference(head: str, imitation: bool) -> None:
+    """The streamed update (blocks of actions, base 2, packed masks, hand-written backward passes) against the dense
+    reference (ace_hybrid.sac.reference) on twin agents: the same TD errors, losses and entropies to float32
+    rounding, for two updates in a row (the second sees the first's parameters)."""
+    rng = np.random.default_rng(20)
+    n, d = 300, 6
+    feats = _features(rng, n, 12, 3)
+    cfg = SACConfig(**{**SMALL, "head": head}, init_alpha=0.3)
+    fast, dense = (DiscreteSAC(d, n, cfg, action_features=feats, seed=5) for _ in range(2))
+    for _ in range(2):
+        batch = _batch(rng, 16, d, n, p_legal=0.4)
+        batch["next_legal_mask"][batch["done"]] = False  # terminal rows without a legal next action
+        weights = np.r_[np.zeros(12), [0.5, 1.0, 2.0, 0.0]].astype(np.float32) if imitation else None
+        batch = UpdateBatch(**batch, imitation=weights)
+        a, b = fast.update(batch), reference_update(dense, batch)
+        np.testing.assert_allclose(a.td_error, b.td_error, rtol=1e-4, atol=1e-5)
+        assert a.metrics.keys() == b.metrics.keys() and ("imitation_loss" in a.metrics) == imitation
+        for key in ("critic_loss", "actor_loss", "alpha_loss", "entropy", "target_entropy", "q_mean", "target_mean",
+                    "imitation_loss"):
+            if key in a.metrics:
+                assert a.metrics[key] == pytest.approx(b.metrics[key], rel=1e-4, abs=1e-5), key
+    assert fast.n_updates == dense.n_updates == 2
+
+
+def test_the_masks_are_named_fields_and_a_swap_changes_the_update() -> None:
+    """legal_mask and next_legal_mask have one shape and one dtype: they can only be passed by name, and swapping
+    them is not harmless (a changed target, or an action the swapped mask calls illegal)."""
+    rng = np.random.default_rng(21)
+    fields = _batch(rng, 8, 4, 30, p_legal=0.5)
+    with pytest.raises(TypeError):
+        UpdateBatch(*fields.values())  # keyword-only
+    batch = UpdateBatch(**fields)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        batch.legal_mask = batch.next_legal_mask  # type: ignore[misc]
+    swapped = {**fields, "legal_mask": fields["next_legal_mask"], "next_legal_mask": fields["legal_mask"]}
+    bad = int(np.flatnonzero(~fields["next_legal_mask"][np.arange(8), fields["action"]])[0])
+    with pytest.raises(ValueError, match=rf"action\[{bad}\] = \d+ is illegal: legal_mask\[{bad}, \d+\] is False"):
+        UpdateBatch(**swapped)
+    both = fields["legal_mask"] & fields["next_legal_mask"]
+    both[np.arange(8), fields["action"]] = True  # the actions legal under either mask
+    legal = {**fields, "legal_mask": fields["legal_mask"] | both, "next_legal_mask": fields["next_legal_mask"] | both}
+    crossed = {**legal, "legal_mask": legal["next_legal_mask"], "next_legal_mask": legal["legal_mask"]}
+    td = [DiscreteSAC(4, 30, SACConfig(**SMALL), seed=0).update(UpdateBatch(**f)).td_error for f in (legal, crossed)]
+    assert not np.allclose(*td)
+
+
+def test_a_batch_that_does_not_fit_the_agent_names_the_field(small_agent: DiscreteSAC) -> None:
+    batch = _batch(np.random.default_rng(22), 6, 5, 20)
+    with pytest.raises(ValueError, match=r"obs has shape \(6, 5\): expected \(B, 4\)"):
+        small_agent.update(UpdateBatch(**batch))
+    batch = _batch(np.random.default_rng(22), 6, 4, 21)
+    with pytest.raises(ValueError, match=r"legal_mask has shape \(6, 21\): expected \(B, 20\)"):
+        small_agent.update(UpdateBatch(**batch))
+    with pytest.raises(TypeError, match="update takes an UpdateBatch, got dict"):
+        small_agent.update(batch)  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------------------------------- determinism
@@ -456,10 +521,10 @@ def _run(seed: int, n_updates: int) -> tuple[list[dict[str, float]], list[np.nda
     metrics, tds, acts = [], [], []
     for _ in range(n_updates):
         batch = _batch(rng, 16, d, n)
-        res = agent.update(**batch)
+        res = agent.update(UpdateBatch(**batch))
         metrics.append(res.metrics)
         tds.append(res.td_error)
-        acts.append(agent.act(batch["obs"][0], batch["mask"][0]))
+        acts.append(agent.act(batch["obs"][0], batch["legal_mask"][0]))
     return metrics, tds, acts, agent
 
 
@@ -488,19 +553,19 @@ def test_state_dict_round_trip_continues_identically() -> None:
     cfg = SACConfig(**SMALL)
     agent = DiscreteSAC(d, n, cfg, action_features=feats, seed=1)
     for _ in range(3):
-        agent.update(**_batch(rng, 16, d, n))
+        agent.update(UpdateBatch(**_batch(rng, 16, d, n)))
     buffer = io.BytesIO()
     torch.save(agent.state_dict(), buffer)
     nxt = _batch(rng, 16, d, n)
-    res_a = agent.update(**nxt)
-    act_a = [agent.act(nxt["obs"][i], nxt["mask"][i]) for i in range(10)]
+    res_a = agent.update(UpdateBatch(**nxt))
+    act_a = [agent.act(nxt["obs"][i], nxt["legal_mask"][i]) for i in range(10)]
 
     restored = DiscreteSAC(d, n, cfg, action_features=feats, seed=999)
     buffer.seek(0)
     restored.load_state_dict(torch.load(buffer, weights_only=True))
     assert restored.n_updates == 3
-    res_b = restored.update(**nxt)
-    act_b = [restored.act(nxt["obs"][i], nxt["mask"][i]) for i in range(10)]
+    res_b = restored.update(UpdateBatch(**nxt))
+    act_b = [restored.act(nxt["obs"][i], nxt["legal_mask"][i]) for i in range(10)]
     assert res_a.metrics == res_b.metrics and np.array_equal(res_a.td_error, res_b.td_error)
     assert act_a == act_b and restored.n_updates == agent.n_updates == 4
     assert all(torch.equal(x, y) for x, y in zip(_params(agent), _params(restored)))
@@ -513,7 +578,7 @@ def test_policy_state_moves_the_actor_only() -> None:
     feats = _features(rng, n, 10, 2)
     learner = DiscreteSAC(d, n, SACConfig(**SMALL), action_features=feats, seed=1)
     for _ in range(3):
-        learner.update(**_batch(rng, 16, d, n))
+        learner.update(UpdateBatch(**_batch(rng, 16, d, n)))
     worker = DiscreteSAC(d, n, SACConfig(**SMALL), action_features=feats, seed=7)
     critics = [t.clone() for t in worker.q1.state_dict().values()]
     obs, mask = rng.standard_normal((10, d), dtype=np.float32), rng.random((10, n)) < 0.5
@@ -540,7 +605,7 @@ def test_state_dict_is_a_snapshot() -> None:
     frozen = state["actor"]["bias"].clone()
     with torch.no_grad():
         agent.actor.bias.add_(1.0)
-    agent.update(**_batch(rng, 8, 4, 20))
+    agent.update(UpdateBatch(**_batch(rng, 8, 4, 20)))
     assert torch.equal(state["actor"]["bias"], frozen)
 
 
@@ -560,8 +625,8 @@ def small_agent() -> DiscreteSAC:
     ("next_obs", "short", "next_obs has shape"),
     ("reward", "nan", "reward has a non-finite"),
     ("weight", "negative", "weight has a negative"),
-    ("mask", "short", "mask has shape"),
-    ("next_mask", "empty_not_done", "next_mask\\[0\\] has no legal action"),
+    ("legal_mask", "short", "legal_mask has shape"),
+    ("next_legal_mask", "empty_not_done", "next_legal_mask\\[0\\] has no legal action"),
     ("done", "short", "done has shape"),
     ("steps", "zero", "steps has an entry 0"),
     ("steps", "float", "steps has shape"),
@@ -571,8 +636,8 @@ def test_bad_update_arguments_raise_value_error_naming_them(small_agent: Discret
     batch = _batch(np.random.default_rng(0), 6, 4, 20)
     if name == "action":
         if value == "illegal":
-            batch["mask"][0] = False
-            batch["mask"][0, 0] = True
+            batch["legal_mask"][0] = False
+            batch["legal_mask"][0, 0] = True
             batch["action"][0] = 5
         elif value == "out_of_range":
             batch["action"][0] = 20
@@ -585,7 +650,7 @@ def test_bad_update_arguments_raise_value_error_naming_them(small_agent: Discret
     elif value == "negative":
         batch[name][0] = -0.5
     elif value == "empty_not_done":
-        batch["next_mask"][0] = False
+        batch["next_legal_mask"][0] = False
         batch["done"][0] = False
     elif value == "zero":
         batch[name][0] = 0
@@ -593,7 +658,7 @@ def test_bad_update_arguments_raise_value_error_naming_them(small_agent: Discret
         batch[name] = batch[name].astype(np.float64)
     before = _params(small_agent)
     with pytest.raises(ValueError, match=match):
-        small_agent.update(**batch)
+        small_agent.update(UpdateBatch(**batch))
     assert small_agent.n_updates == 0 and all(torch.equal(a, b) for a, b in zip(before, _params(small_agent)))
 
 
@@ -679,7 +744,7 @@ def test_sampled_updates_are_deterministic_and_resume_from_a_checkpoint() -> Non
     batches = [_batch(rng, 16, d, n) for _ in range(4)]
 
     def run(agent: DiscreteSAC, todo: list[dict[str, np.ndarray]]) -> list[UpdateResult]:
-        return [agent.update(**batch) for batch in todo]
+        return [agent.update(UpdateBatch(**batch)) for batch in todo]
 
     a, b = (DiscreteSAC(d, n, cfg, action_features=feats, seed=3) for _ in range(2))
     ra, rb = run(a, batches), run(b, batches)
@@ -704,8 +769,9 @@ def test_sampled_and_exact_updates_share_the_critic_target_and_the_entropy() -> 
     n, d = 120, 4
     feats = _features(rng, n, 9, 2)
     batch = _batch(rng, 16, d, n)
-    exact = DiscreteSAC(d, n, SACConfig(**SMALL), action_features=feats, seed=2).update(**batch)
-    sampled = DiscreteSAC(d, n, SACConfig(**SMALL, policy_samples=8), action_features=feats, seed=2).update(**batch)
+    batch = UpdateBatch(**batch)
+    exact = DiscreteSAC(d, n, SACConfig(**SMALL), action_features=feats, seed=2).update(batch)
+    sampled = DiscreteSAC(d, n, SACConfig(**SMALL, policy_samples=8), action_features=feats, seed=2).update(batch)
     np.testing.assert_array_equal(exact.td_error, sampled.td_error)
     for key in ("critic_loss", "target_mean", "q_mean", "grad_norm_critic", "entropy", "alpha_loss"):
         assert sampled.metrics[key] == pytest.approx(exact.metrics[key], rel=1e-5, abs=1e-7), key
@@ -723,7 +789,7 @@ def test_acting_follows_every_parameter_change() -> None:
     agent = DiscreteSAC(d, n, SACConfig(**SMALL), action_features=feats, seed=4)
     obs, mask = np.zeros(d, np.float32), np.ones(n, bool)
     before_p, before_q = agent.policy_probs(obs, mask), agent.q_values(obs, mask)
-    agent.update(**_batch(rng, 16, d, n))
+    agent.update(UpdateBatch(**_batch(rng, 16, d, n)))
     after_p, after_q = agent.policy_probs(obs, mask), agent.q_values(obs, mask)
     assert not np.array_equal(before_p, after_p) and not np.array_equal(before_q, after_q)
     with torch.no_grad():
@@ -740,7 +806,7 @@ def test_batches_of_different_sizes_share_one_agent() -> None:
     rng = np.random.default_rng(17)
     agent = DiscreteSAC(4, 70, SACConfig(**SMALL), seed=0)
     for b in (16, 5, 16, 1):
-        res = agent.update(**_batch(rng, b, 4, 70))
+        res = agent.update(UpdateBatch(**_batch(rng, b, 4, 70)))
         assert res.td_error.shape == (b,) and np.isfinite(res.td_error).all()
 
 
@@ -749,7 +815,7 @@ def test_batches_of_different_sizes_share_one_agent() -> None:
 
 def test_state_dict_holds_cpu_tensors_only() -> None:
     agent = DiscreteSAC(4, 20, SACConfig(**SMALL), seed=0)
-    agent.update(**_batch(np.random.default_rng(18), 8, 4, 20))
+    agent.update(UpdateBatch(**_batch(np.random.default_rng(18), 8, 4, 20)))
 
     def tensors(obj: object) -> list[torch.Tensor]:
         if isinstance(obj, torch.Tensor):
@@ -784,12 +850,12 @@ def test_cuda_agent_matches_the_cpu_agent_and_checkpoints_cross_devices(policy_s
     assert all(p.device.type == "cuda" for net in gpu._modules().values() for p in net.parameters())
     assert gpu.log_alpha.device.type == "cuda"
     batch = _batch(rng, 16, d, n)
-    r_cpu, r_gpu = cpu.update(**batch), gpu.update(**batch)
+    r_cpu, r_gpu = cpu.update(UpdateBatch(**batch)), gpu.update(UpdateBatch(**batch))
     assert r_gpu.td_error.dtype == np.float32
     np.testing.assert_allclose(r_gpu.td_error, r_cpu.td_error, rtol=1e-3, atol=1e-4)
     for key in ("critic_loss", "entropy", "q_mean", "target_mean"):
         assert r_gpu.metrics[key] == pytest.approx(r_cpu.metrics[key], rel=1e-3, abs=1e-4), key
-    obs, mask = batch["obs"][0], batch["mask"][0]
+    obs, mask = batch["obs"][0], batch["legal_mask"][0]
     assert mask[gpu.act(obs, mask)] and mask[gpu.act(obs, mask, deterministic=True)]
     probs = gpu.policy_probs(obs, mask)
     assert isinstance(probs, np.ndarray) and probs[~mask].sum() == 0.0
@@ -804,7 +870,8 @@ def test_cuda_agent_matches_the_cpu_agent_and_checkpoints_cross_devices(policy_s
     again = DiscreteSAC(d, n, dataclasses.replace(cfg, device="cuda"), action_features=feats, seed=7)
     again.load_state_dict(back.state_dict())
     nxt = _batch(rng, 16, d, n)
-    np.testing.assert_allclose(again.update(**nxt).td_error, gpu.update(**nxt).td_error, rtol=1e-4, atol=1e-5)
+    nxt = UpdateBatch(**nxt)
+    np.testing.assert_allclose(again.update(nxt).td_error, gpu.update(nxt).td_error, rtol=1e-4, atol=1e-5)
 
 
 # ------------------------------------------------------------------------------------------- imitation
@@ -812,11 +879,10 @@ def test_cuda_agent_matches_the_cpu_agent_and_checkpoints_cross_devices(policy_s
 
 @pytest.mark.parametrize("head", ["lowrank", "linear"])
 def test_the_imitation_gradient_is_the_gradient_of_the_cloning_loss(head: str) -> None:
-    from ace_hybrid.sac import _Factors
-
     rng = np.random.default_rng(11)
     agent = DiscreteSAC(5, 30, SACConfig(**SMALL, head=head), seed=1)
-    b = agent._batch(**_batch(rng, 16, 5, 30), imitation=np.r_[np.zeros(13), [0.5, 1.0, 2.0]].astype(np.float32))
+    b = agent._tensors(UpdateBatch(**_batch(rng, 16, 5, 30),
+                                 imitation=np.r_[np.zeros(13), [0.5, 1.0, 2.0]].astype(np.float32)))
     h = torch.randn(16, 6, dtype=torch.float64, requires_grad=True)
     emb = torch.randn(30, 6, dtype=torch.float64, requires_grad=True)
     bias = torch.randn(30, dtype=torch.float64, requires_grad=True)
@@ -828,7 +894,7 @@ def test_the_imitation_gradient_is_the_gradient_of_the_cloning_loss(head: str) -
     loss = -(w * logp.gather(1, b["action"][:, None])[:, 0]).sum() / 16
     loss.backward()
     d_h, d_emb, d_bias = torch.zeros_like(h), torch.zeros_like(emb), torch.zeros_like(bias)
-    agent._add_imitation(_Factors(h.detach(), emb.detach(), bias.detach()), b, d_h, d_emb, d_bias)
+    agent._add_imitation(Factors(h.detach(), emb.detach(), bias.detach()), b, d_h, d_emb, d_bias)
     assert agent._imitation_loss == pytest.approx(float(loss.detach()), rel=1e-9)
     for mine, ref in ((d_h, h.grad), (d_emb, emb.grad), (d_bias, bias.grad)):
         torch.testing.assert_close(mine, ref, rtol=1e-9, atol=1e-12)
@@ -842,10 +908,10 @@ def test_imitation_pulls_the_policy_towards_validated_actions(policy_samples: in
     batch = _batch(rng, 16, 4, 40, p_legal=1.0)
     batch["action"][:] = 7
     batch["reward"][:] = 0.0
-    before = agent.policy_probs(batch["obs"][0], batch["mask"][0])[7]
+    before = agent.policy_probs(batch["obs"][0], batch["legal_mask"][0])[7]
     for _ in range(60):
-        result = agent.update(**batch, imitation=np.full(16, 5.0, np.float32))
-    after = agent.policy_probs(batch["obs"][0], batch["mask"][0])[7]
+        result = agent.update(UpdateBatch(**batch, imitation=np.full(16, 5.0, np.float32)))
+    after = agent.policy_probs(batch["obs"][0], batch["legal_mask"][0])[7]
     assert after > 0.5 > before and "imitation_loss" in result.metrics
     with pytest.raises(ValueError, match="imitation has a negative entry"):
-        agent.update(**batch, imitation=np.full(16, -1.0, np.float32))
+        agent.update(UpdateBatch(**batch, imitation=np.full(16, -1.0, np.float32)))

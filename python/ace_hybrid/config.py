@@ -168,8 +168,8 @@ class TrainConfig:
     checkpoint_every: int = 2_000
     """Write a checkpoint every this many environment steps (and at the end)."""
     tutor_steps: int = 0
-    """Expert-guided warm start: for the first this many environment steps the greedy expert (simulating
-    tutor_budget of the policy's actions) decides instead of the policy, and its decisions go to the replay's
+    """Expert-guided warm start: for the run's first this many environment steps (over all workers) the greedy expert
+    (simulating tutor_budget of the policy's actions) decides instead of the policy; its decisions go to the replay's
     validated partition (the LLM partition, I_v = 1), where the imitation loss and the critic learn from them."""
     tutor_budget: int = 30
     """Simulations per decision of the tutor (the do-nothing reference included)."""
@@ -185,10 +185,10 @@ class TrainConfig:
     without it); raise it on a dedicated machine with more cores. Export OMP_WAIT_POLICY=PASSIVE before starting
     Python whenever this is not 1: OpenMP reads it once, when torch is imported, so the package cannot set it."""
     workers: int = 0
-    """Rollout workers (0: the learner's process steps the environment itself, one decision then its updates, the
-    classic loop). N >= 1: N workers, each with its own environment, seeds and a copy of the policy, step the grid
-    while the learner updates; their transitions come back in batches (see ace_hybrid.training.rollout). Each worker
-    takes one CPU core and one torch thread; the learner needs little CPU when updates are few."""
+    """Rollout workers (0: one steps in the learner's thread on its networks, one step at a time, the classic loop).
+    N >= 1: N workers, each with its own environment and a copy of the policy, step while the learner updates; the
+    same worker code, one episode sequence and the run's step budget either way (ace_hybrid.training.rollout). Each
+    takes one core and one torch thread; the learner needs little CPU when updates are few."""
     sync_every: int = 20
     """The learner sends the workers its policy (weights and normaliser, with a version number) after every this
     many updates. A run without updates (updates_per_decision = 0, or before learning_starts) never sends: the
@@ -200,8 +200,8 @@ class TrainConfig:
     """executor = "ray": the cluster to join ("auto", or "ray://head:10001"); "" starts a local Ray with one CPU per
     worker, which stops with the run. On a cluster, every node needs ace_hybrid and the Grid2Op data installed."""
     worker_batch_steps: int = 100
-    """Environment steps a worker runs between two messages to the learner (its transitions, counts and timings
-    travel together): more steps, fewer messages; fewer, fresher data and policies."""
+    """Environment steps a worker takes from the run's budget and runs between two messages to the learner: more
+    steps, fewer messages; fewer, fresher data and policies (workers = 0: one)."""
 
     def validate(self) -> None:
         _check(self.total_env_steps > 0, "train.total_env_steps", self.total_env_steps, "must be > 0")

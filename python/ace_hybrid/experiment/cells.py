@@ -78,13 +78,9 @@ def _first_difference(a: Any, b: Any, prefix: str = "") -> str:
 def tutor_agent(env: Any, cfg: Config) -> Any:
     """Expert-guided RL's tutor acting alone: the greedy expert over the run's action set (``env.action_set``), with
     ``train.tutor_budget`` simulations per decision, under the configuration's danger threshold."""
-    from ace_hybrid.grid.action_set import ActionSet, action_set_indices
-    from ace_hybrid.grid.agents import GreedyExpertAgent
-    from ace_hybrid.grid.catalog import ActionCatalog
+    from ace_hybrid.grid.agents import make_tutor
 
-    catalog = ActionCatalog.for_env(env)
-    return GreedyExpertAgent(env.action_space, ActionSet(catalog, action_set_indices(cfg, env, catalog)),
-                             budget=cfg.train.tutor_budget, threshold=cfg.env.threshold)
+    return make_tutor(env, cfg)
 
 
 def baseline_agent(kind: str, env: Any, cfg: Config, greedy_budget: int) -> Any:

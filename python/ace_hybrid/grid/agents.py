@@ -3,7 +3,8 @@
 - :class:`DoNothingAgent`: in danger, does nothing.
 - :class:`RecoPowerlineAgent`: in danger, reconnects the disconnected line whose simulated outcome is best.
 - :class:`GreedyExpertAgent`: in danger, simulates a shortlist of legal catalog actions ranked by a cheap heuristic
-  around the overloaded lines, within a budget of simulations, and keeps the best.
+  around the overloaded lines, within a budget of simulations, and keeps the best. :func:`make_tutor` builds the one
+  that expert-guided RL learns from (the training loop, the rollout workers and the experiments' "tutor" row).
 
 :class:`RuleAgent` is the common frame: it counts decisions (danger states) and simulations, which the evaluation
 reports. :class:`PolicyAgent` is the frame of every learned policy (SAC's, MaskablePPO's): the policy alone, or its
@@ -16,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ace_hybrid.config import Config
 from ace_hybrid.grid.rules import SafeRule, in_danger
 
 try:  # grid2op is an optional dependency of the package, required by this module.
@@ -221,3 +223,19 @@ class PolicyAgent(RuleAgent):
     def most_likely(self, x: np.ndarray, mask: np.ndarray) -> int:
         """The policy's most likely legal action (ties: the lowest index)."""
         return int(np.argmax(np.where(mask, self.policy_probs(x, mask), -1.0)))
+
+
+def make_tutor(env: Any, cfg: Config, actions: Any = None) -> GreedyExpertAgent:
+    """Expert-guided RL's tutor: the greedy expert over the run's action set with ``train.tutor_budget`` simulations
+    per decision, under ``env.threshold``.
+
+    ``actions``: the run's :class:`~ace_hybrid.grid.action_set.ActionSet` when the caller has built it; None builds
+    it from ``env.action_set`` (the experiments' "tutor" row, which acts alone).
+    """
+    if actions is None:
+        from ace_hybrid.grid.action_set import ActionSet, action_set_indices
+        from ace_hybrid.grid.catalog import ActionCatalog
+
+        catalog = ActionCatalog.for_env(env)
+        actions = ActionSet(catalog, action_set_indices(cfg, env, catalog))
+    return GreedyExpertAgent(env.action_space, actions, budget=cfg.train.tutor_budget, threshold=cfg.env.threshold)

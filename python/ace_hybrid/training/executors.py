@@ -1,10 +1,11 @@
-"""Where rollout workers run: local processes or Ray actors, behind one small interface.
+"""Where rollout workers run: in the learner's process, in local processes or as Ray actors, behind one interface.
 
-Both executors run the same :class:`~ace_hybrid.training.rollout.RolloutWorker` (Ray is an executor, not a second
-code path) and offer the learner the same four calls:
+Every executor runs the same :class:`~ace_hybrid.training.rollout.RolloutWorker` (Ray is an executor, not a second
+code path; nor is ``train.workers = 0``) and offers the learner the same calls:
 
-``start(specs, policy)``
-    Build one worker per spec, give each the first policy and set them going.
+``start(specs, policy, budget)``
+    Build one worker per spec, give each the first policy and one shared
+    :class:`~ace_hybrid.training.rollout.Dealer` of the session's ``budget``, and set them going.
 ``set_weights(policy)``
     Send a new policy to every worker still running; never waits for them.
 ``collect(timeout)``
@@ -14,24 +15,34 @@ code path) and offer the learner the same four calls:
 ``close()``
     Stop the workers (what they were doing is dropped) and release them. Safe to call twice.
 
-``finished`` is True once every worker has sent its last batch (its share of the steps is done).
+``finished`` is True once every worker has sent its last batch (the step budget is spent).
+
+In the learner's process (``train.workers = 0``)
+------------------------------------------------
+:class:`InlineExecutor` runs one worker in the learner's thread, on the run's own environment, normaliser and
+networks (RLlib's local worker): each ``collect`` is one environment step, and each transition goes to the learner's
+store the moment it completes, so ACE's hooks keep their order (``wants_snapshot`` at a decision, ``after_store``
+before the next one, ``poll`` at every step). Nothing is copied or sent: ``set_weights`` only stamps the version.
 
 Local processes (``train.executor = "local"``)
 ----------------------------------------------
 One process per worker from multiprocessing's "spawn" context (a fresh interpreter: no forked torch or grid2op
-state). Batches come back through one bounded queue (two per worker: a worker that gets that far ahead of the
-learner waits), policies go out through one queue per worker, and a worker takes the newest one before each batch.
-A worker ignores SIGINT -- a terminal's Ctrl-C reaches the whole process group, and it is the learner's to handle
-(it saves, then stops the workers) -- and ends when its parent dies (:func:`ace_hybrid.processes.exit_with_parent`).
-It only exits when told: one that exits otherwise died, and the learner says so.
+state), sharing one dealer in shared memory. Batches come back through one bounded queue (two per worker: a worker
+that gets that far ahead of the learner waits), policies go out through one queue per worker, and a worker takes the
+newest one before each batch. A worker ignores SIGINT -- a terminal's Ctrl-C reaches the whole process group, and it
+is the learner's to handle (it saves, then stops the workers) -- and ends when its parent dies
+(:func:`ace_hybrid.processes.exit_with_parent`). It only exits when told: one that exits otherwise died, and the
+learner says so.
 
 Ray actors (``train.executor = "ray"``)
 ---------------------------------------
 One actor per worker (``num_cpus=1``), with two ``collect`` calls in flight each, so an actor starts its next batch
-while the learner reads the last; a worker's batches are read in the order it made them, as locally. Policies are put once in the object store and sent by reference; an actor applies
-one after the calls already queued. If Ray is not running, a local instance is started with one CPU per worker
-(or per core, if more) and stopped at ``close``; ``train.ray_address`` joins a cluster instead, whose nodes need
-ace_hybrid and the Grid2Op data. Actors are owned by the learner's process: Ray stops them when it exits or dies.
+while the learner reads the last; a worker's batches are read in the order it made them, as locally. The dealer is
+one more actor (``num_cpus=0``), asked once per batch and once per episode. Policies are put once in the object store
+and sent by reference; an actor applies one after the calls already queued. If Ray is not running, a local instance
+is started with one CPU per worker (or per core, if more) and stopped at ``close``; ``train.ray_address`` joins a
+cluster instead, whose nodes need ace_hybrid and the Grid2Op data. Actors are owned by the learner's process: Ray
+stops them when it exits or dies.
 """
 
 from __future__ import annotations
@@ -43,14 +54,16 @@ import signal
 import time
 import traceback
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
 from ace_hybrid.processes import exit_with_parent
-from ace_hybrid.training.rollout import PolicyWeights, RolloutWorker, TransitionBatch, WorkerSpec
+from ace_hybrid.training.rollout import Budget, Dealer, PolicyWeights, RolloutWorker, TransitionBatch, WorkerSpec
+from ace_hybrid.training.run import Pending, Run
 
-__all__ = ["Executor", "LocalExecutor", "RayExecutor", "WorkerError", "import_ray", "make_executor"]
+__all__ = ["Executor", "InlineExecutor", "LocalExecutor", "RayExecutor", "WorkerError", "import_ray",
+           "make_executor"]
 
 _STOP = "stop"
 """A local worker's command to return (anything else on its queue is a PolicyWeights)."""
@@ -66,7 +79,7 @@ class Executor(Protocol):
     @property
     def finished(self) -> bool: ...
 
-    def start(self, specs: list[WorkerSpec], policy: PolicyWeights) -> None: ...
+    def start(self, specs: list[WorkerSpec], policy: PolicyWeights, budget: Budget) -> None: ...
 
     def set_weights(self, policy: PolicyWeights) -> None: ...
 
@@ -75,13 +88,17 @@ class Executor(Protocol):
     def close(self) -> None: ...
 
 
-def make_executor(kind: str, ray_address: str = "") -> Executor:
-    """The executor ``train.executor`` names ("local" or "ray"; ValueError otherwise)."""
-    if kind == "local":
+def make_executor(run: Run, store: Callable[[Pending], None]) -> Executor:
+    """The executor of ``run``'s ``train.workers`` and ``train.executor``: inline (0 workers; ``store`` takes each
+    transition as it completes), local processes or Ray actors."""
+    t = run.cfg.train
+    if t.workers == 0:
+        return InlineExecutor(run, store)
+    if t.executor == "local":
         return LocalExecutor()
-    if kind == "ray":
-        return RayExecutor(ray_address)
-    raise ValueError(f"train.executor = {kind!r} is invalid: must be one of ('local', 'ray')")
+    if t.executor == "ray":
+        return RayExecutor(t.ray_address)
+    raise ValueError(f"train.executor = {t.executor!r} is invalid: must be one of ('local', 'ray')")
 
 
 def import_ray() -> Any:
@@ -101,6 +118,46 @@ def _one_torch_thread() -> None:
     torch.set_num_threads(1)
 
 
+# ---------------------------------------------------------------------------------------------- inline
+
+
+class InlineExecutor:
+    """``train.workers = 0``: one worker in the learner's thread on the run's own parts (see the module docstring).
+
+    ``store`` takes each transition as it completes (the learner's store, with ACE's ``after_store``); ACE's
+    ``wants_snapshot`` is asked at each of the policy's decisions.
+    """
+
+    def __init__(self, run: Run, store: Callable[[Pending], None]) -> None:
+        self.run, self.store = run, store
+        self.worker: RolloutWorker | None = None
+        self._last = False
+
+    @property
+    def finished(self) -> bool:
+        return self._last
+
+    def start(self, specs: list[WorkerSpec], policy: PolicyWeights, budget: Budget) -> None:
+        llm = self.run.llm
+        self.worker = RolloutWorker(specs[0], Dealer(budget), acting=self.run.acting(), sink=self.store,
+                                    wants_snapshot=llm.wants_snapshot if llm is not None else None, batch_steps=1)
+        self.worker.version = policy.version
+
+    def set_weights(self, policy: PolicyWeights) -> None:
+        pass  # the worker acts with the learner's own networks and normaliser
+
+    def collect(self, timeout: float) -> TransitionBatch | None:
+        self.worker.version = self.run.counters.updates  # the learner's networks, as of now: no lag
+        batch = self.worker.collect()
+        self._last = batch.last
+        return batch
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
+            self.worker = None
+
+
 # ---------------------------------------------------------------------------------------------- local processes
 
 
@@ -118,7 +175,8 @@ def _sigint_blocked() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-def _local_worker_main(worker_cls: type, spec: WorkerSpec, commands: Any, results: Any, parent: int) -> None:
+def _local_worker_main(worker_cls: type, spec: WorkerSpec, dealer: Dealer, commands: Any, results: Any,
+                       parent: int) -> None:
     """A local worker's process: build the worker, then one batch after another (each with the newest policy) until
     its budget is spent or it is told to stop.
 
@@ -131,7 +189,7 @@ def _local_worker_main(worker_cls: type, spec: WorkerSpec, commands: Any, result
     worker, message = None, None
     try:
         _one_torch_thread()
-        worker = worker_cls(spec)
+        worker = worker_cls(spec, dealer)
         message = commands.get()  # the first policy
         while not _is_stop(message):
             if message is not None:
@@ -180,6 +238,7 @@ class LocalExecutor:
         self._processes: list[Any] = []
         self._commands: list[Any] = []
         self._results: Any = None
+        self._dealer: Dealer | None = None
         self._done: set[int] = set()
         self._next_check = 0.0
 
@@ -192,17 +251,19 @@ class LocalExecutor:
         """The workers' process ids, by worker index."""
         return [int(p.pid) for p in self._processes]
 
-    def start(self, specs: list[WorkerSpec], policy: PolicyWeights) -> None:
+    def start(self, specs: list[WorkerSpec], policy: PolicyWeights, budget: Budget) -> None:
         import multiprocessing
 
         ctx = multiprocessing.get_context("spawn")
+        # Kept here: its lock must outlive the children's unpickling of it (a collected semaphore is unlinked).
+        self._dealer = dealer = Dealer.shared(ctx, budget)
         self._results = ctx.Queue(maxsize=2 * len(specs))
         self._commands = [ctx.Queue() for _ in specs]
         with _sigint_blocked():
             for spec, commands in zip(specs, self._commands):
                 commands.put(policy)
                 p = ctx.Process(target=_local_worker_main, name=f"rollout-worker-{spec.index}", daemon=True,
-                                args=(self.worker_cls, spec, commands, self._results, os.getpid()))
+                                args=(self.worker_cls, spec, dealer, commands, self._results, os.getpid()))
                 p.start()
                 self._processes.append(p)
 
@@ -258,7 +319,7 @@ class LocalExecutor:
         for q in [*self._commands, self._results]:
             q.cancel_join_thread()
             q.close()
-        self._processes, self._commands, self._results = [], [], None
+        self._processes, self._commands, self._results, self._dealer = [], [], None, None
 
 
 # ---------------------------------------------------------------------------------------------- Ray actors
@@ -267,9 +328,9 @@ class LocalExecutor:
 class _RayWorker:
     """The actor Ray runs: a worker built in the actor's process, with one torch thread."""
 
-    def __init__(self, worker_cls: type, spec: WorkerSpec) -> None:
+    def __init__(self, worker_cls: type, spec: WorkerSpec, dealer: _RemoteDealer) -> None:
         _one_torch_thread()
-        self.worker = worker_cls(spec)
+        self.worker = worker_cls(spec, dealer)
 
     def ready(self) -> bool:
         return True
@@ -279,6 +340,23 @@ class _RayWorker:
 
     def collect(self) -> TransitionBatch:
         return self.worker.collect()
+
+
+class _RemoteDealer:
+    """A worker's handle on the dealer actor (one call per batch and per episode)."""
+
+    def __init__(self, actor: Any) -> None:
+        self.actor = actor
+
+    def steps(self, want: int) -> tuple[int, int]:
+        import ray
+
+        return ray.get(self.actor.steps.remote(want))
+
+    def episode(self) -> int:
+        import ray
+
+        return ray.get(self.actor.episode.remote())
 
 
 def _package_root() -> str:
@@ -306,6 +384,7 @@ class RayExecutor:
         """Each worker's collect() calls in flight, oldest first: a worker's batches are read in the order it made
         them (``ray.wait`` alone could return its last batch before an earlier one that is also ready)."""
         self._done: set[int] = set()
+        self._dealer: Any = None
 
     @property
     def finished(self) -> bool:
@@ -316,7 +395,7 @@ class RayExecutor:
         """The actor handles, by worker index."""
         return list(self._actors)
 
-    def start(self, specs: list[WorkerSpec], policy: PolicyWeights) -> None:
+    def start(self, specs: list[WorkerSpec], policy: PolicyWeights, budget: Budget) -> None:
         ray = self._ray = import_ray()
         if not ray.is_initialized():
             options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
@@ -327,8 +406,9 @@ class RayExecutor:
                 ray.init(num_cpus=max(len(specs), os.cpu_count() or 1),
                          runtime_env={"env_vars": {"PYTHONPATH": path}}, **options)
             self._owns_ray = True
+        self._dealer = ray.remote(num_cpus=0, max_restarts=0)(Dealer).remote(budget)
         remote = ray.remote(num_cpus=1, max_restarts=0)(_RayWorker)
-        self._actors = [remote.remote(self.worker_cls, spec) for spec in specs]
+        self._actors = [remote.remote(self.worker_cls, spec, _RemoteDealer(self._dealer)) for spec in specs]
         try:
             ray.get([a.ready.remote() for a in self._actors], timeout=self.startup_seconds)
         except ray.exceptions.GetTimeoutError:
@@ -376,10 +456,10 @@ class RayExecutor:
         ray = self._ray
         if ray is None:
             return
-        for actor in self._actors:
+        for actor in [*self._actors, self._dealer]:
             with contextlib.suppress(Exception):
                 ray.kill(actor)
-        self._actors, self._calls = [], []
+        self._actors, self._calls, self._dealer = [], [], None
         if self._owns_ray:
             ray.shutdown()
             self._owns_ray = False

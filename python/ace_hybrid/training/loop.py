@@ -5,17 +5,20 @@ grid. One transition is stored per decision (a semi-MDP): its reward is accumula
 until the next decision (see :class:`~ace_hybrid.config.RewardConfig`), its next observation is the next decision's
 observation, and the discount applies per decision (gamma per transition, not gamma^k: the value counts decisions).
 
+Acting has one path, the rollout worker (:mod:`ace_hybrid.training.rollout`); this module is the learner
+(:func:`learn`), the same for any ``train.workers``: it collects what the worker(s) made from an executor
+(:mod:`ace_hybrid.training.executors`) -- the inline worker in this thread for 0, local processes or Ray actors for
+N --, stores it, updates ``updates_per_decision`` times per stored transition, sends the policy to remote workers
+every ``train.sync_every`` updates, and evaluates, logs and saves on the environment-step schedule. The inline
+worker makes one environment step per batch and stores each transition as it completes, so with 0 workers the loop
+still decides, stores and updates step by step, as a classic loop does.
+
 With ``llm.backend`` other than "none" the run is ACE (:mod:`ace_hybrid.training.ace`): each decision keeps a
 snapshot of the environment, a completed bad transition goes to the LLM policy actor (its validated proposals fill
 the replay's LLM partition), the LLM value critic reshapes stored trajectories after episodes, and co-evolution
 fine-tunes the LLM's LoRA adapter (saved under ``adapters/``, named in the checkpoint). The LLM works on a worker
 thread behind a bounded queue (``ace.async_llm``): the loop hands work over and commits results at its hooks, never
 waiting, except at the end, when the queue drains before the last checkpoint.
-
-With ``train.workers`` >= 1 the environments step elsewhere (:mod:`ace_hybrid.training.rollout`, in local processes
-or Ray actors: :mod:`ace_hybrid.training.executors`): this process is the learner (:func:`learn_from_workers`), which
-stores their batches, updates, sends them the policy every ``train.sync_every`` updates, and evaluates, logs and
-saves on the same environment-step schedule.
 
 Run directory layout::
 
@@ -46,18 +49,18 @@ import numpy as np
 
 from ace_hybrid.config import Config
 from ace_hybrid.files import remove_stale_temps
-from ace_hybrid.grid.env import reset_episode
 from ace_hybrid.grid.evaluation import EvaluationReport, evaluate
-from ace_hybrid.grid.rules import in_danger
+from ace_hybrid.replay import ReplayBatch
+from ace_hybrid.sac import UpdateBatch
 from ace_hybrid.training.ace import attach_llm
 from ace_hybrid.training.checkpoint import clock_train_time, restore, save_checkpoint
-from ace_hybrid.training.executors import import_ray, make_executor
+from ace_hybrid.training.executors import Executor, import_ray, make_executor
 from ace_hybrid.training.metrics import Throughput
 from ace_hybrid.training.policy import agent_of
-from ace_hybrid.training.rollout import TransitionBatch, plan_workers, policy_weights
+from ace_hybrid.training.rollout import TransitionBatch, plan_workers, policy_weights, session_budget
 from ace_hybrid.training.run import Pending, Run
 
-__all__ = ["StopOnSigint", "TrainingInterrupted", "learn_from_workers", "train"]
+__all__ = ["StopOnSigint", "TrainingInterrupted", "learn", "train"]
 
 log = logging.getLogger(__name__)
 
@@ -81,14 +84,9 @@ def train(cfg: Config | None, run_dir: str | Path, *, resume: bool = False,
     cfg = run.cfg
     bar = _progress(run)
     run.clock = time.perf_counter()
-    run.throughput = Throughput(cfg.train.workers, run.counters.env_steps, run.counters.updates)
     try:
         with StopOnSigint(run):
-            if cfg.train.workers:
-                learn_from_workers(run, bar)
-            else:
-                while run.counters.env_steps < cfg.train.total_env_steps and not run.stop_requested:
-                    train_episode(run, bar)
+            learn(run, bar)
             run.throughput.stop(run.counters.env_steps, run.counters.updates)
             if run.llm is not None and not run.stop_requested:  # the LLM's queued work, before the last checkpoint
                 _llm_hook(run, run.llm.drain, run)
@@ -164,74 +162,21 @@ def _remove_stale_temps(run_dir: Path) -> None:
         log.info("removed %d temporary file(s) left in %s by saves that were killed", len(removed), run_dir)
 
 
-def train_episode(run: Run, bar: Any) -> None:
-    """One training episode: act, store, refine, update, shape at the end, and evaluate / log / save on schedule.
-
-    On ``run.stop_requested`` (Ctrl-C) the episode ends after the current step, unfinished (as a kill leaves it).
-    """
+def learn(run: Run, bar: Any) -> None:
+    """The learner, for any ``train.workers`` (see the module docstring): until the step budget is spent (or
+    Ctrl-C), store what the worker(s) made, update, send the policy, and evaluate / log / save on schedule. The
+    learner waits on the executor when it has nothing to do, so an environment-bound run leaves the cores to the
+    workers."""
     cfg, c = run.cfg, run.counters
-    scenario = cfg.env.train_scenarios[c.episodes % len(cfg.env.train_scenarios)]
-    t0 = time.perf_counter()
-    obs = reset_episode(run.env, scenario, cfg.env.train_seed_start + c.episodes)
-    run.time_split["reset"] += time.perf_counter() - t0
-    episode, pending, steps = c.episodes, None, 0
-    c.episodes += 1
-    while c.env_steps < cfg.train.total_env_steps and not run.stop_requested:
-        if in_danger(obs, cfg.env.threshold):
-            x = run.features(obs)
-            if pending is not None:
-                store(run, pending, x, done=False, truncated=False)
-            pending = decide(run, obs, x, episode, 0 if pending is None else pending.decision + 1)
-            grid_action = run.actions.action(pending.action)
-            update(run)
-        else:
-            grid_action = run.safe_rule(obs)
-        t0 = time.perf_counter()
-        obs, _, done, info = run.env.step(grid_action)
-        run.time_split["env"] += time.perf_counter() - t0
-        c.env_steps += 1
-        steps += 1
-        bar.update(1)
-        blackout = bool(done and info.get("exception"))
-        if pending is not None:
-            pending.reward += run.step_reward(obs, blackout)
-            pending.max_rho = max(pending.max_rho, float(np.max(obs.rho)))
-            pending.blackout |= blackout
-        cut = cfg.env.max_episode_steps and steps >= cfg.env.max_episode_steps
-        if done or cut or c.env_steps >= cfg.train.total_env_steps:
-            if pending is not None:
-                store(run, pending, run.features(obs), done=blackout, truncated=not blackout)
-            if run.llm is not None:
-                _llm_hook(run, run.llm.after_episode, run)
-            bar.set_postfix(decisions=c.decisions, survived=steps, **_llm_postfix(run), refresh=False)
-            run.logger.write(c.env_steps, {"episode/steps": steps, "episode/blackout": float(blackout)})
-            on_schedule(run)
-            return
-        on_schedule(run)
-    if pending is not None and pending.snapshot is not None:
-        pending.snapshot.close()  # stopped mid-episode: the pending decision is dropped, as a kill drops it
-
-
-def learn_from_workers(run: Run, bar: Any) -> None:
-    """The learner's side of parallel rollouts (``train.workers`` >= 1, :mod:`ace_hybrid.training.rollout`): store
-    what the workers send, update ``updates_per_decision`` times per received decision, send the policy every
-    ``train.sync_every`` updates, and evaluate / log / save on the environment-step schedule, until every worker has
-    made its share of the steps (or Ctrl-C). The learner waits on the executor when it has nothing to do, so an
-    environment-bound run leaves the cores to the workers.
-    """
-    cfg, c = run.cfg, run.counters
+    run.throughput = Throughput(cfg.train.workers, c.env_steps, c.updates)
     if c.env_steps >= cfg.train.total_env_steps:  # a resumed run whose budget is spent: no worker to start
         return
-    executor = make_executor(cfg.train.executor, cfg.train.ray_address)
+    executor = make_executor(run, lambda p: store(run, p))
     try:
-        executor.start(plan_workers(run), policy_weights(run))
+        executor.start(plan_workers(run), policy_weights(run), session_budget(run))
         synced = c.updates
         while not executor.finished and not run.stop_requested:
-            t0 = time.perf_counter()
-            batch = executor.collect(timeout=0.5)
-            waited = time.perf_counter() - t0
-            run.time_split["wait"] = run.time_split.get("wait", 0.0) + waited
-            run.throughput.wait(waited)
+            batch = _collect(run, executor)
             if batch is None:
                 continue
             before = c.env_steps
@@ -244,81 +189,75 @@ def learn_from_workers(run: Run, bar: Any) -> None:
                     executor.set_weights(policy_weights(run))
                     synced = c.updates
             bar.update(c.env_steps - before)
-            rates = run.throughput.window("bar", c.env_steps, c.updates, min_seconds=1.0)
-            if rates is not None:
-                bar.set_postfix(learner=f"{rates['rate/learner_updates_per_s']:.1f}upd/s",
-                                workers=f"{rates['rate/worker_env_steps_per_s']:.0f}steps/s", decisions=c.decisions,
-                                **_llm_postfix(run), refresh=False)
+            _postfix(run, bar, batch)
             on_schedule(run, since=before)
         run.throughput.stop(c.env_steps, c.updates)  # the workers' part ends here, not when they have exited
     finally:
         executor.close()
 
 
+def _collect(run: Run, executor: Executor) -> TransitionBatch | None:
+    """The next batch; with remote workers, the time waited for it is the learner's idle time."""
+    t0 = time.perf_counter()
+    batch = executor.collect(timeout=0.5)
+    if run.cfg.train.workers:
+        waited = time.perf_counter() - t0
+        run.time_split["wait"] = run.time_split.get("wait", 0.0) + waited
+        run.throughput.wait(waited)
+    return batch
+
+
 def store_batch(run: Run, b: TransitionBatch) -> None:
-    """A worker's batch into the run: its transitions into the replay (the policy's in the RL partition, the
-    tutor's in the validated one, as :func:`store` does; in the worker's order, so its episodes chain in the RL
-    partition), its decisions into the normaliser, its steps, episodes and timings into the counters; each finished
-    episode is logged and (ACE's critic) handed to the LLM's episode hook."""
+    """A worker's batch into the run: its transitions into the normaliser and the replay (:func:`store`, in the
+    worker's order, so its episodes chain in the RL partition; the inline worker's are stored already), its steps,
+    episodes and timings into the counters; each finished episode is logged and handed to ACE's episode hook."""
     c = run.counters
-    rl, tutor = ~b.tutor, b.tutor
-    if rl.any():
-        run.replay.add_rl_batch(b.obs[rl], b.action[rl], b.reward[rl], b.next_obs[rl], b.done[rl], b.truncated[rl],
-                                b.episode[rl], b.decision[rl])
-    if tutor.any():
-        n = int(tutor.sum())
-        run.replay.add_llm_batch(b.obs[tutor], b.action[tutor], b.reward[tutor], b.next_obs[tutor], b.done[tutor],
-                                 b.truncated[tutor], b.episode[tutor], b.decision[tutor], np.zeros(n),
-                                 np.ones(n, dtype=bool))
-    if b.decisions:
-        run.normalizer.update(b.obs)
+    if b.transitions:
+        run.normalizer.update(np.stack([p.obs for p in b.transitions]))
+    for p in b.transitions:
+        store(run, p)
     c.decisions += b.decisions
     c.env_steps += b.env_steps
     if b.started:
         c.next_episode = max(c.next_episode, max(b.started) + 1)
-    run.throughput.batch(b.worker, b.env_steps, b.seconds["busy"], float(np.sum(c.updates - b.version)),
-                         b.decisions, c.updates)
-    for key in ("env", "reset", "tutor", "act"):
+    if run.cfg.train.workers:
+        lag = float(sum(c.updates - p.version for p in b.transitions))
+        run.throughput.batch(b.worker, b.env_steps, b.seconds["busy"], lag, len(b.transitions), c.updates)
+    for key in ("env", "reset", "tutor", "act", "llm"):
         run.time_split[key] = run.time_split.get(key, 0.0) + b.seconds[key]
-    run.safe_rule.simulate_seconds += b.seconds["safe_rule_simulate"]  # the workers' rules: the run's simulations
-    for _, steps, blackout in b.finished:
+    run.safe_rule_seconds += b.seconds["safe_rule_simulate"]
+    for k, steps, blackout in b.finished:
         c.episodes += 1
-        run.logger.write(c.env_steps, {"episode/steps": steps, "episode/blackout": float(blackout)})
+        run.logger.write(c.env_steps, {"episode/id": k, "episode/steps": steps, "episode/blackout": float(blackout)})
         if run.llm is not None:
             _llm_hook(run, run.llm.after_episode, run)
 
 
-def decide(run: Run, obs: Any, x: np.ndarray, episode: int, decision: int) -> Pending:
-    """The policy's action in a danger state (sampled: SAC explores through its entropy), or the tutor's during the
-    expert-guided warm start (``train.tutor_steps``)."""
-    run.normalizer.update(x)
-    run.counters.decisions += 1
-    if run.tutor is not None and run.counters.env_steps < run.cfg.train.tutor_steps:
-        t0 = time.perf_counter()
-        action = run.tutor.choose(obs)
-        run.time_split["tutor"] += time.perf_counter() - t0
-        return Pending(obs=x, action=action, reward=0.0, episode=episode, decision=decision, grid_obs=obs,
-                       tutor=True)
-    action = run.sac.act(run.normalizer(x), run.actions.legal_mask(obs))
-    snapshot = None
-    if run.llm is not None and run.llm.wants_snapshot():
-        t0 = time.perf_counter()
-        snapshot = run.env.copy()
-        run.time_split["llm"] += time.perf_counter() - t0
-    return Pending(obs=x, action=action, reward=0.0, episode=episode, decision=decision, grid_obs=obs,
-                   snapshot=snapshot)
-
-
-def store(run: Run, p: Pending, next_x: np.ndarray, *, done: bool, truncated: bool) -> None:
-    """One semi-MDP transition into the RL partition (raw features: normalised when sampled), then the LLM actor's
-    look at it (ACE runs). A tutor's decision goes to the validated partition instead (I_v = 1, improvement 0: all
-    tutor decisions weigh alike in Eq. 8; refinements that beat the policy by more weigh more)."""
+def store(run: Run, p: Pending) -> None:
+    """One completed semi-MDP transition into the RL partition (raw features: normalised when sampled), then the LLM
+    actor's look at it (ACE runs). A tutor's decision goes to the validated partition instead (I_v = 1, improvement
+    0: all tutor decisions weigh alike in Eq. 8; refinements that beat the policy by more weigh more)."""
     if p.tutor:
-        run.replay.add_llm(p.obs, p.action, p.reward, next_x, done, truncated, p.episode, p.decision, 0.0, True)
+        run.replay.add_llm(p.obs, p.action, p.reward, p.next_obs, p.done, p.truncated, p.episode, p.decision, 0.0,
+                           True)
         return
-    run.replay.add_rl(p.obs, p.action, p.reward, next_x, done, truncated, p.episode, p.decision)
+    run.replay.add_rl(p.obs, p.action, p.reward, p.next_obs, p.done, p.truncated, p.episode, p.decision)
     if run.llm is not None:
         _llm_hook(run, run.llm.after_store, run, p)
+
+
+def _postfix(run: Run, bar: Any, b: TransitionBatch) -> None:
+    """The progress bar's figures: the learner's and workers' rates with remote workers (at most once a second),
+    the last episode's length with the inline worker."""
+    c = run.counters
+    if run.cfg.train.workers:
+        rates = run.throughput.window("bar", c.env_steps, c.updates, min_seconds=1.0)
+        if rates is not None:
+            bar.set_postfix(learner=f"{rates['rate/learner_updates_per_s']:.1f}upd/s",
+                            workers=f"{rates['rate/worker_env_steps_per_s']:.0f}steps/s", decisions=c.decisions,
+                            **_llm_postfix(run), refresh=False)
+    elif b.finished:
+        bar.set_postfix(decisions=c.decisions, survived=b.finished[-1][1], **_llm_postfix(run), refresh=False)
 
 
 def _llm_hook(run: Run, hook: Any, *args: Any) -> None:
@@ -344,18 +283,25 @@ def update(run: Run) -> None:
         return
     t0 = time.perf_counter()
     for _ in range(cfg.train.updates_per_decision):
-        batch = run.replay.sample(cfg.sac.batch_size, is_exponent=cfg.replay.is_exponent)
-        extra = {}
-        if cfg.train.imitation_weight > 0:  # pull the policy towards the batch's validated actions
-            extra["imitation"] = cfg.train.imitation_weight * (batch.from_llm & batch.valid).astype(np.float32)
-        result = run.sac.update(
-            run.normalizer(batch.obs), batch.action, batch.reward, run.normalizer(batch.next_obs), batch.done,
-            batch.weight, run.masks(batch.obs), run.masks(batch.next_obs), **extra)
-        run.replay.update_priorities(batch.index, np.abs(result.td_error) + cfg.replay.priority_eps)
+        drawn = run.replay.sample(cfg.sac.batch_size, is_exponent=cfg.replay.is_exponent)
+        result = run.sac.update(update_batch(run, drawn))
+        run.replay.update_priorities(drawn.index, np.abs(result.td_error) + cfg.replay.priority_eps)
         run.counters.updates += 1
     run.time_split["update"] += time.perf_counter() - t0
     if run.counters.updates % 10 == 0:
         run.logger.write(run.counters.env_steps, {f"sac/{k}": v for k, v in result.metrics.items()})
+
+
+def update_batch(run: Run, drawn: ReplayBatch) -> UpdateBatch:
+    """What SAC learns from a replay batch: observations normalised, the legal masks of both states rebuilt from the
+    stored features, the IS weights, and (``train.imitation_weight``) the imitation weight of the validated rows --
+    the tutor's decisions and accepted LLM refinements, which pull the policy towards their actions."""
+    imitation = None
+    if run.cfg.train.imitation_weight > 0:
+        imitation = run.cfg.train.imitation_weight * (drawn.from_llm & drawn.valid).astype(np.float32)
+    return UpdateBatch(obs=run.normalizer(drawn.obs), action=drawn.action, reward=drawn.reward,
+                       next_obs=run.normalizer(drawn.next_obs), done=drawn.done, weight=drawn.weight,
+                       legal_mask=run.masks(drawn.obs), next_legal_mask=run.masks(drawn.next_obs), imitation=imitation)
 
 
 def on_schedule(run: Run, since: int | None = None) -> None:
@@ -413,7 +359,7 @@ def summary(run: Run) -> dict[str, Any]:
     (``rates``: :meth:`Throughput.summary`, what a throughput benchmark reads) and (ACE) the LLM's totals."""
     c = run.counters
     last = c.eval_history[-1] if c.eval_history else {}
-    split = {**run.time_split, "safe_rule_simulate": run.safe_rule.simulate_seconds}
+    split = {**run.time_split, "safe_rule_simulate": run.safe_rule_seconds}
     out = {"env_steps": c.env_steps, "decisions": c.decisions, "updates": c.updates, "episodes": c.episodes,
            "best_survival": c.best_survival, "last_eval": last, "train_seconds": c.train_seconds,
            "time_split": split, "run_dir": str(run.dir)}

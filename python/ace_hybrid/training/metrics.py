@@ -78,8 +78,8 @@ class Throughput:
     batch to its own last): starting processes and building environments takes seconds that say nothing about throughput
     (``startup_seconds``), and so does stopping them.
 
-    ``workers = 0`` (the in-process loop) has no batches: only the session's environment steps and updates per
-    second are reported.
+    ``workers = 0`` (the inline worker, in the learner's thread) is not measured per batch: only the session's
+    environment steps and updates per second are reported.
     """
 
     def __init__(self, workers: int, env_steps: int, updates: int,

@@ -1,74 +1,74 @@
-"""Rollout workers: environments stepped with a copy of the policy, beside the learner (``train.workers`` >= 1).
+"""The one path of an environment step: the rollout worker, wherever it runs.
 
-A :class:`RolloutWorker` is what the in-process loop (:func:`ace_hybrid.training.loop.train_episode`) does minus the
-learning: it builds its own Grid2Op environment (lightsim2grid backend), features, action set, safe rule, tutor and
-an acting-only :class:`~ace_hybrid.sac.DiscreteSAC`, runs training episodes -- the agent decides in danger states,
-the safe rule steps the grid otherwise, one semi-MDP transition per decision -- and returns what it made in
-batches (:class:`TransitionBatch`, every ``train.worker_batch_steps`` environment steps): the completed transitions,
-the episodes it started and finished, its step count and its timings. The learner stores them, updates, and sends
-back :class:`PolicyWeights` now and then (``train.sync_every``). The executors
-(:mod:`ace_hybrid.training.executors`) run the same class as a local process or as a Ray actor.
+A :class:`RolloutWorker` steps training episodes: the agent decides in danger states (the policy, or the tutor
+during the expert-guided warm start), the safe rule steps the grid otherwise, the reward accumulates until the next
+decision, and each completed decision is one semi-MDP transition (:class:`~ace_hybrid.training.run.Pending` with its
+next observation), handed to its sink. It returns what a call of :meth:`RolloutWorker.collect` made as a
+:class:`TransitionBatch`. The same class runs
 
-Seeds and episodes
-------------------
-Worker ``k`` (0-based) of ``N``, in a session whose first episode id is ``b`` (0 for a new run,
-``counters.next_episode`` for a resumed one):
+* in the learner's process (``train.workers = 0``, RLlib's local worker): on the run's own environment, normaliser
+  and networks, one environment step per call, its sink storing each transition at once (so ACE's hooks run where
+  they always have: :mod:`ace_hybrid.training.executors`, ``InlineExecutor``);
+* in N local processes or Ray actors (``train.workers = N``): on its own environment and an acting-only copy of the
+  policy that the learner replaces every ``train.sync_every`` updates (:class:`PolicyWeights`), ``worker_batch_steps``
+  steps per call, its transitions travelling in the batch.
 
-* its ``j``-th episode has the id ``e = b + j N + k``, scenario ``env.train_scenarios[e % len]`` and seed
-  ``env.train_seed_start + e``: the (scenario, seed) pairs the in-process loop would play, dealt round-robin (with
-  one worker, exactly its sequence). Ids are never reused, also across a resume, so the LLM critic's grouping by
-  id holds;
-* its exploration generator is seeded from ``SeedSequence(train.seed, spawn_key=(k, b))`` and its environment from
-  ``SeedSequence(env.env_seed, spawn_key=(k, b))`` (:func:`worker_seed`): independent streams per worker, unchanged
-  by the number of workers, fresh for a resumed session (whose generators were never saved).
+Episodes and the step budget
+----------------------------
+Work comes from one :class:`Dealer` per session, shared by every worker: episode ids ``b, b + 1, ...`` (``b`` = 0
+for a new run, ``counters.next_episode`` for a resumed one) handed out one at a time as workers start episodes, and
+environment steps ``[counters.env_steps, train.total_env_steps)`` granted in chunks as workers ask for them. Episode
+``k`` is always scenario ``env.train_scenarios[k % len]`` with seed ``env.train_seed_start + k`` (:func:`episode_of`)
+and exploration draws seeded by ``(train.seed, k)`` (:func:`exploration_seed`), whichever worker plays it: the
+training distribution is the episode sequence, not the number of workers. Ids are never reused, also across a resume,
+so the LLM critic's grouping by id holds. The tutor decides at the steps whose index in the run is below
+``train.tutor_steps``.
 
-So the same configuration gives each worker the same transitions, run after run and local or on Ray, as long as its
-policy is the same: with ``updates_per_decision = 0`` it never changes (nothing is sent), and each worker folds its
-own decisions into its normaliser before it acts, as the in-process loop does. Once the learner updates, when a
-new policy reaches a worker depends on timing.
+When the budget is spent, every episode still in progress ends where it stands: its pending decision is stored as a
+truncated transition and the episode counts as finished (cut). That is one episode with one worker and up to N with
+N; the run then holds exactly ``train.total_env_steps`` steps either way.
 
-Budgets
--------
-The session's remaining environment steps are split evenly, the first ``remaining % N`` workers taking one more;
-a worker stops at its share (its last transition is then truncated, as the in-process loop's is at the run's
-budget), so ``counters.env_steps`` ends at exactly ``train.total_env_steps``. The tutor's warm start
-(``train.tutor_steps``) is split the same way: worker ``k`` lets the greedy expert decide during its first share of
-steps, and marks those transitions (``tutor``) for the replay's validated partition.
+Determinism
+-----------
+An episode's transitions depend on its id, the policy that acts and the normaliser it acts with. Each worker folds
+its own decisions into that normaliser before it acts (the inline worker's is the learner's own), so with one worker
+a configuration gives the same transitions run after run, inline or in a process or on Ray, as long as the policy is
+the same (``updates_per_decision = 0``: it never changes). With N >= 2 workers which worker plays an episode depends
+on timing, and with it the normaliser's history; a fixed policy that reads no normaliser (the tutor) still plays the
+same episodes, transition for transition.
 
 What is lost when a run stops
 -----------------------------
 A worker's partial episode -- the steps since its last batch and the decision still waiting for its next
-observation -- lives only in its process. A checkpoint holds what the learner has received; a resumed run starts
-every worker on a fresh episode, and what was in flight is dropped, as a kill drops the in-process loop's episode.
+observation -- lives only in the worker. A checkpoint holds what the learner has received; a resumed run starts every
+worker on a fresh episode, and what was in flight is dropped, as a kill drops it.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from ace_hybrid.config import Config
-from ace_hybrid.grid.action_set import ActionSet
-from ace_hybrid.grid.agents import GreedyExpertAgent
-from ace_hybrid.grid.catalog import ActionCatalog
+from ace_hybrid.grid.agents import make_tutor
 from ace_hybrid.grid.env import make_env, reset_episode
-from ace_hybrid.grid.features import ObservationFeatures, RunningNormalizer
 from ace_hybrid.grid.reward import step_reward
 from ace_hybrid.grid.rules import SafeRule, in_danger
-from ace_hybrid.sac import DiscreteSAC
-from ace_hybrid.training.run import Pending, Run
+from ace_hybrid.sampling import SamplingGenerator
+from ace_hybrid.training.run import Acting, Pending, Run, build_acting
 
-__all__ = ["PolicyWeights", "RolloutWorker", "TransitionBatch", "WorkerSpec", "plan_workers", "policy_weights",
-           "share", "worker_seed"]
+__all__ = ["Budget", "Dealer", "PolicyWeights", "RolloutWorker", "TransitionBatch", "WorkerSpec", "episode_of",
+           "exploration_seed", "plan_workers", "policy_weights", "session_budget"]
 
-TIMERS = ("env", "reset", "act", "tutor", "safe_rule_simulate", "busy")
+TIMERS = ("env", "reset", "act", "tutor", "llm", "safe_rule_simulate", "busy")
 """Seconds a worker reports per batch: environment steps, resets, the policy's forward passes, the tutor's
-simulations, the safe rule's simulations, and the whole batch ("busy": the rest of its wall time, the worker waited
-to hand a batch over or for its next call)."""
+simulations, ACE's environment copies, the safe rule's simulations, and the whole batch ("busy": the rest of its wall
+time, the worker waited to hand a batch over or for its next call)."""
 
 
 class PolicyWeights(NamedTuple):
@@ -83,30 +83,14 @@ class PolicyWeights(NamedTuple):
 
 
 class TransitionBatch(NamedTuple):
-    """What a worker sends the learner every ``train.worker_batch_steps`` environment steps; columns have one row
-    per completed transition (n rows), in the order they completed."""
+    """What one :meth:`RolloutWorker.collect` made."""
 
     worker: int
-    obs: np.ndarray
-    """(n, D) float32: raw features of each decision (the learner's normaliser folds them in)."""
-    action: np.ndarray
-    """(n,) int64, indices in the run's action set."""
-    reward: np.ndarray
-    """(n,) float64, accumulated over the transition's environment steps."""
-    next_obs: np.ndarray
-    """(n, D) float32."""
-    done: np.ndarray
-    """(n,) bool: the grid collapsed (terminal)."""
-    truncated: np.ndarray
-    """(n,) bool: the episode was cut (its scenario's end, env.max_episode_steps, the worker's budget)."""
-    episode: np.ndarray
-    """(n,) int64 episode ids (see the module docstring)."""
-    decision: np.ndarray
-    """(n,) int64: index of the decision within its episode."""
-    tutor: np.ndarray
-    """(n,) bool: the tutor decided (the validated partition), not the policy."""
-    version: np.ndarray
-    """(n,) int64: version of the policy that acted."""
+    transitions: list[Pending]
+    """The completed transitions, in the order they completed (raw features: the learner's normaliser folds them
+    in). Empty from the inline worker, whose sink has stored them already."""
+    decisions: int
+    """Transitions completed in this batch (stored by the learner from ``transitions``, or already by the sink)."""
     env_steps: int
     """Environment steps in this batch."""
     started: list[int]
@@ -116,11 +100,7 @@ class TransitionBatch(NamedTuple):
     seconds: dict[str, float]
     """This batch's :data:`TIMERS`."""
     last: bool
-    """The worker's budget is spent: no further batch has steps."""
-
-    @property
-    def decisions(self) -> int:
-        return int(self.action.shape[0])
+    """The step budget is spent: no further batch of this worker has steps."""
 
 
 @dataclass(frozen=True)
@@ -128,55 +108,78 @@ class WorkerSpec:
     """Everything a worker builds itself from: sent, pickled, to a new process or a Ray actor."""
 
     index: int
-    """k, in [0, workers)."""
-    workers: int
-    """N: ids are dealt round-robin over the workers."""
+    """k, in [0, workers): names the worker in batches, rates and errors."""
     config: Config
     action_indices: list[int] | None
     """The run's action set (catalog indices; None: the whole catalog), as the learner chose it."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A session's work: the run's environment steps ``[first_step, total_steps)`` and its episode ids from
+    ``first_episode`` on."""
+
+    first_step: int
+    total_steps: int
     first_episode: int
-    """b: the session's first episode id."""
-    env_steps: int
-    """This worker's share of the session's environment steps."""
-    tutor_steps: int
-    """This worker's share of the remaining tutor warm start (its first this many steps)."""
-    seed: int
-    """Seed of the exploration generator (:func:`worker_seed`)."""
-    env_seed: int
-    """Seed of the environment's generators."""
 
 
-def share(total: int, parts: int, k: int) -> int:
-    """Part ``k`` of ``total`` split evenly over ``parts``, the first ``total % parts`` parts one larger."""
-    if parts < 1 or not 0 <= k < parts:
-        raise ValueError(f"part {k} out of range [0, {parts})")
-    return max(0, total) // parts + (k < max(0, total) % parts)
+class Dealer:
+    """Hands out a session's :class:`Budget`: episode ids one at a time, environment steps in chunks.
+
+    In-process by default; :meth:`shared` keeps the two counters in shared memory behind a lock, for worker
+    processes (pickled to them when they start), and the Ray executor runs one as an actor.
+    """
+
+    def __init__(self, budget: Budget, counts: Any = None, lock: Any = None) -> None:
+        self.total_steps = int(budget.total_steps)
+        self._counts = counts if counts is not None else [0, 0]
+        self._counts[0], self._counts[1] = int(budget.first_step), int(budget.first_episode)
+        self._lock = lock if lock is not None else contextlib.nullcontext()
+
+    @classmethod
+    def shared(cls, ctx: Any, budget: Budget) -> Dealer:
+        """A dealer whose counters live in shared memory (``ctx``: a multiprocessing context)."""
+        return cls(budget, ctx.RawArray("q", 2), ctx.Lock())
+
+    def steps(self, want: int) -> tuple[int, int]:
+        """Up to ``want`` more steps: (index in the run of the first, how many; 0 once the budget is spent)."""
+        with self._lock:
+            first = int(self._counts[0])
+            granted = max(0, min(int(want), self.total_steps - first))
+            self._counts[0] = first + granted
+        return first, granted
+
+    def episode(self) -> int:
+        """The next episode id."""
+        with self._lock:
+            k = int(self._counts[1])
+            self._counts[1] = k + 1
+        return k
 
 
-def worker_seed(seed: int, k: int, first_episode: int, bits: int = 63) -> int:
-    """A seed in [0, 2**bits) for worker ``k`` of a session starting at episode ``first_episode``: a child of
-    ``numpy.random.SeedSequence(seed)``, so streams of different workers, sessions and base seeds do not overlap
-    (``seed + 1000 k`` would give run 1000's first worker run 0's second). 63 bits for the exploration generator,
-    31 for Grid2Op, whose seeds are int32."""
-    if not 1 <= bits <= 63:
-        raise ValueError(f"bits = {bits} out of range [1, 63]")
-    state = np.random.SeedSequence(int(seed), spawn_key=(int(k), int(first_episode))).generate_state(2, np.uint32)
-    return ((int(state[0]) << 32) | int(state[1])) & ((1 << bits) - 1)
+def episode_of(cfg: Config, k: int) -> tuple[int, int]:
+    """(scenario, seed) of training episode ``k``: ``env.train_scenarios[k % len]``, ``env.train_seed_start + k``."""
+    return cfg.env.train_scenarios[k % len(cfg.env.train_scenarios)], cfg.env.train_seed_start + k
+
+
+def exploration_seed(seed: int, k: int) -> int:
+    """Seed in [0, 2**63) of episode ``k``'s exploration draws: a child of ``numpy.random.SeedSequence(seed)``."""
+    state = np.random.SeedSequence(int(seed), spawn_key=(int(k),)).generate_state(2, np.uint32)
+    return ((int(state[0]) << 32) | int(state[1])) & ((1 << 63) - 1)
+
+
+def session_budget(run: Run) -> Budget:
+    """The rest of ``run``: its remaining steps, and episode ids from where its last session's stopped."""
+    c = run.counters
+    return Budget(c.env_steps, run.cfg.train.total_env_steps, max(c.next_episode, c.episodes))
 
 
 def plan_workers(run: Run) -> list[WorkerSpec]:
-    """One :class:`WorkerSpec` per worker for the rest of ``run`` (see the module docstring)."""
-    cfg, c = run.cfg, run.counters
-    n = cfg.train.workers
-    remaining = cfg.train.total_env_steps - c.env_steps
-    tutor_left = cfg.train.tutor_steps - c.env_steps
-    first = max(c.next_episode, c.episodes)
+    """One :class:`WorkerSpec` per worker for the rest of ``run`` (one, the inline worker, for ``train.workers =
+    0``)."""
     indices = None if run.actions.is_full else [int(i) for i in run.actions.indices]
-    return [WorkerSpec(index=k, workers=n, config=cfg, action_indices=indices, first_episode=first,
-                       env_steps=share(remaining, n, k), tutor_steps=share(tutor_left, n, k),
-                       seed=worker_seed(cfg.train.seed, k, first),
-                       env_seed=worker_seed(cfg.env.env_seed, k, first, bits=31))
-            for k in range(n)]
+    return [WorkerSpec(index=k, config=run.cfg, action_indices=indices) for k in range(max(1, run.cfg.train.workers))]
 
 
 def policy_weights(run: Run) -> PolicyWeights:
@@ -185,37 +188,54 @@ def policy_weights(run: Run) -> PolicyWeights:
 
 
 class RolloutWorker:
-    """Steps its own environment with the latest policy it was given; see the module docstring.
+    """Steps training episodes with the latest policy it was given; see the module docstring.
+
+    Parameters
+    ----------
+    spec
+        What to build.
+    dealer
+        Where episode ids and environment steps come from.
+    acting
+        The parts to act with (the inline worker: the run's own); None builds the worker's own from ``spec``, with
+        an acting-only copy of the networks on the CPU.
+    sink
+        Takes each completed transition when it completes (the inline worker's stores it); None keeps them for the
+        batch.
+    wants_snapshot
+        Asked at each of the policy's decisions whether to keep ``env.copy()`` of the state before the action (ACE's
+        :meth:`~ace_hybrid.training.ace.LLMInLoop.wants_snapshot`); None: never.
+    batch_steps
+        Environment steps per :meth:`collect` (None: ``train.worker_batch_steps``).
 
     Call :meth:`set_policy` once before the first :meth:`collect`. Not thread-safe (one caller).
     """
 
-    def __init__(self, spec: WorkerSpec) -> None:
-        cfg = spec.config
-        if not 0 <= spec.index < spec.workers:
-            raise ValueError(f"worker index {spec.index} out of range [0, {spec.workers})")
-        self.spec, self.cfg = spec, cfg
-        self.env = make_env(cfg.env.name, seed=spec.env_seed)
-        self.actions = ActionSet(ActionCatalog.for_env(self.env), spec.action_indices)
-        self.features = ObservationFeatures(self.env)
-        self.normalizer = RunningNormalizer(self.features.dim)
+    def __init__(self, spec: WorkerSpec, dealer: Any, *, acting: Acting | None = None,
+                 sink: Callable[[Pending], None] | None = None, wants_snapshot: Callable[[], bool] | None = None,
+                 batch_steps: int | None = None) -> None:
+        cfg = self.cfg = spec.config
+        self.spec, self.dealer, self.wants_snapshot = spec, dealer, wants_snapshot
+        self._owns_env = acting is None
+        if acting is None:
+            # On the CPU, whatever the learner's device. Every episode reseeds the environment, so the seed it is
+            # made with never reaches a transition.
+            env = make_env(cfg.env.name, seed=cfg.env.env_seed)
+            acting = build_acting(cfg, env, spec.action_indices, device="cpu")
+        self.env, self.actions, self.features = acting.env, acting.actions, acting.features
+        self.normalizer, self.sac = acting.normalizer, acting.sac
         self.safe_rule = SafeRule(self.env.action_space, threshold=cfg.env.threshold)
-        self.tutor = (GreedyExpertAgent(self.env.action_space, self.actions, budget=cfg.train.tutor_budget,
-                                        threshold=cfg.env.threshold) if spec.tutor_steps else None)
-        # Workers act on the CPU, whatever the learner's device: N processes must not each claim a GPU.
-        self.sac = DiscreteSAC(self.features.dim, len(self.actions), dataclasses.replace(cfg.sac, device="cpu"),
-                               action_features=self.actions.features(), seed=spec.seed)
+        self.tutor = make_tutor(self.env, cfg, self.actions) if cfg.train.tutor_steps else None
+        self.sink = sink if sink is not None else self._keep
+        self.batch_steps = int(batch_steps or cfg.train.worker_batch_steps)
         self.version = -1
-        self.steps = 0
-        """Environment steps this worker has made (this session)."""
-        self._episodes = 0
+        self._explore: SamplingGenerator | None = None
         self._obs: Any = None
         self._pending: Pending | None = None
-        self._episode_steps = 0
-        self._episode = -1
-        self._decision = 0
+        self._episode, self._episode_steps, self._decision = -1, 0, 0
         # What the current collect() has made (see TransitionBatch).
-        self._rows: list[tuple[Pending, np.ndarray, bool, bool]] = []
+        self._rows: list[Pending] = []
+        self._completed = 0
         self._started: list[int] = []
         self._finished: list[tuple[int, int, bool]] = []
         self._seconds = dict.fromkeys(TIMERS, 0.0)
@@ -227,47 +247,57 @@ class RolloutWorker:
         self.version = int(policy.version)
 
     def collect(self) -> TransitionBatch:
-        """Run up to ``train.worker_batch_steps`` environment steps (fewer when the budget ends) and return what
-        they completed. Once the budget is spent, every call returns an empty batch with ``last`` set."""
+        """Run the environment steps the dealer grants (up to ``batch_steps``) and return what they made. When the
+        budget is spent, the episode in progress ends there (cut) and the batch is the worker's last; every call
+        after it returns an empty last batch."""
         if self.version < 0:
             raise RuntimeError("RolloutWorker.collect before set_policy: the worker has no policy to act with")
         started = time.perf_counter()
-        self._rows, self._started, self._finished = [], [], []
+        self._rows, self._completed, self._started, self._finished = [], 0, [], []
         self._seconds = dict.fromkeys(TIMERS, 0.0)
         simulate_before = self.safe_rule.simulate_seconds
-        n = min(self.cfg.train.worker_batch_steps, self.spec.env_steps - self.steps)
-        for _ in range(max(0, n)):
+        first, granted = self.dealer.steps(self.batch_steps)
+        for i in range(granted):
             if self._obs is None:
                 self._start_episode()
-            self._step()
+            self._step(first + i)
+        last = granted < self.batch_steps
+        if last and self._obs is not None:
+            self._end_episode(blackout=False)
         self._seconds["safe_rule_simulate"] = self.safe_rule.simulate_seconds - simulate_before
         self._seconds["busy"] = time.perf_counter() - started
-        return self._batch(max(0, n))
+        return TransitionBatch(self.spec.index, self._rows, self._completed, granted, self._started, self._finished,
+                               self._seconds, last)
 
     def close(self) -> None:
-        self.env.close()
+        """Drop the pending decision (its environment copy is closed) and, when the worker built it, its
+        environment."""
+        if self._pending is not None and self._pending.snapshot is not None:
+            self._pending.snapshot.close()
+        self._pending = None
+        if self._owns_env:
+            self.env.close()
 
     # ------------------------------------------------------------------ one episode, one step at a time
 
     def _start_episode(self) -> None:
-        spec, env_cfg = self.spec, self.cfg.env
-        e = spec.first_episode + self._episodes * spec.workers + spec.index
-        self._episodes += 1
+        k = self.dealer.episode()
+        scenario, seed = episode_of(self.cfg, k)
         t0 = time.perf_counter()
-        self._obs = reset_episode(self.env, env_cfg.train_scenarios[e % len(env_cfg.train_scenarios)],
-                                  env_cfg.train_seed_start + e)
+        self._obs = reset_episode(self.env, scenario, seed)
         self._seconds["reset"] += time.perf_counter() - t0
-        self._episode, self._episode_steps, self._decision, self._pending = e, 0, 0, None
-        self._started.append(e)
+        self._explore = SamplingGenerator(exploration_seed(self.cfg.train.seed, k))
+        self._episode, self._episode_steps, self._decision, self._pending = k, 0, 0, None
+        self._started.append(k)
 
-    def _step(self) -> None:
-        """One environment step of the current episode (the body of the in-process loop, without learning)."""
+    def _step(self, index: int) -> None:
+        """Step ``index`` of the run (its place in the step budget): act, step the grid, accumulate."""
         obs, cfg = self._obs, self.cfg
         if in_danger(obs, cfg.env.threshold):
             x = self.features(obs)
             if self._pending is not None:
                 self._complete(x, done=False, truncated=False)
-            self._pending = self._decide(obs, x)
+            self._pending = self._decide(obs, x, tutor=index < cfg.train.tutor_steps)
             grid_action = self.actions.action(self._pending.action)
         else:
             grid_action = self.safe_rule(obs)
@@ -275,49 +305,49 @@ class RolloutWorker:
         obs, _, done, info = self.env.step(grid_action)
         self._seconds["env"] += time.perf_counter() - t0
         self._obs = obs
-        self.steps += 1
         self._episode_steps += 1
         blackout = bool(done and info.get("exception"))
-        if self._pending is not None:
-            self._pending.reward += step_reward(cfg.reward, obs, blackout)
-        cut = cfg.env.max_episode_steps and self._episode_steps >= cfg.env.max_episode_steps
-        if done or cut or self.steps >= self.spec.env_steps:
-            if self._pending is not None:
-                self._complete(self.features(obs), done=blackout, truncated=not blackout)
-            self._finished.append((self._episode, self._episode_steps, blackout))
-            self._obs = None
+        p = self._pending
+        if p is not None:
+            p.reward += step_reward(cfg.reward, obs, blackout)
+            p.max_rho = max(p.max_rho, float(np.max(obs.rho)))
+            p.blackout |= blackout
+        if done or (cfg.env.max_episode_steps and self._episode_steps >= cfg.env.max_episode_steps):
+            self._end_episode(blackout)
 
-    def _decide(self, obs: Any, x: np.ndarray) -> Pending:
-        """Fold ``x`` into the normaliser, then the tutor's choice (its share of the warm start) or the policy's."""
+    def _decide(self, obs: Any, x: np.ndarray, tutor: bool) -> Pending:
+        """Fold ``x`` into the normaliser, then the tutor's choice (during the warm start) or the policy's; keep an
+        environment copy for ACE when it asks for one."""
         self.normalizer.update(x)
-        decision, self._decision = self._decision, self._decision + 1
-        if self.tutor is not None and self.steps < self.spec.tutor_steps:
-            t0 = time.perf_counter()
-            action = self.tutor.choose(obs)
-            self._seconds["tutor"] += time.perf_counter() - t0
-            return Pending(obs=x, action=action, reward=0.0, episode=self._episode, decision=decision, tutor=True,
-                           version=self.version)
+        p = Pending(obs=x, action=0, reward=0.0, episode=self._episode, decision=self._decision,
+                    version=self.version)
+        self._decision += 1
         t0 = time.perf_counter()
-        action = self.sac.act(self.normalizer(x), self.actions.legal_mask(obs))
+        if tutor and self.tutor is not None:
+            p.action, p.tutor = self.tutor.choose(obs), True
+            self._seconds["tutor"] += time.perf_counter() - t0
+            return p
+        p.action = self.sac.act(self.normalizer(x), self.actions.legal_mask(obs), generator=self._explore)
         self._seconds["act"] += time.perf_counter() - t0
-        return Pending(obs=x, action=action, reward=0.0, episode=self._episode, decision=decision,
-                       version=self.version)
+        if self.wants_snapshot is not None and self.wants_snapshot():
+            t0 = time.perf_counter()
+            p.snapshot, p.grid_obs = self.env.copy(), obs
+            self._seconds["llm"] += time.perf_counter() - t0
+        return p
 
     def _complete(self, next_x: np.ndarray, *, done: bool, truncated: bool) -> None:
-        self._rows.append((self._pending, next_x, done, truncated))
-        self._pending = None
+        p, self._pending = self._pending, None
+        p.next_obs, p.done, p.truncated = next_x, done, truncated
+        self._completed += 1
+        self.sink(p)
 
-    def _batch(self, steps: int) -> TransitionBatch:
-        rows, dim = self._rows, self.features.dim
-        return TransitionBatch(
-            worker=self.spec.index,
-            obs=np.array([p.obs for p, *_ in rows], np.float32).reshape(len(rows), dim),
-            action=np.array([p.action for p, *_ in rows], np.int64),
-            reward=np.array([p.reward for p, *_ in rows], np.float64),
-            next_obs=np.array([x for _, x, *_ in rows], np.float32).reshape(len(rows), dim),
-            done=np.array([r[2] for r in rows], bool), truncated=np.array([r[3] for r in rows], bool),
-            episode=np.array([p.episode for p, *_ in rows], np.int64),
-            decision=np.array([p.decision for p, *_ in rows], np.int64),
-            tutor=np.array([p.tutor for p, *_ in rows], bool),
-            version=np.array([p.version for p, *_ in rows], np.int64), env_steps=steps, started=self._started,
-            finished=self._finished, seconds=self._seconds, last=self.steps >= self.spec.env_steps)
+    def _end_episode(self, blackout: bool) -> None:
+        """The episode ends at the current observation: by a blackout (terminal), its scenario's end,
+        ``env.max_episode_steps`` or the step budget (truncated)."""
+        if self._pending is not None:
+            self._complete(self.features(self._obs), done=blackout, truncated=not blackout)
+        self._finished.append((self._episode, self._episode_steps, blackout))
+        self._obs = None
+
+    def _keep(self, p: Pending) -> None:
+        self._rows.append(p)

@@ -2,10 +2,13 @@
 
 :class:`Run` is what the loop (:mod:`.loop`), the checkpoints (:mod:`.checkpoint`) and ACE's hooks (:mod:`.ace`)
 share. It holds no behaviour beyond building its parts from a :class:`~ace_hybrid.config.Config`.
+:func:`build_acting` builds what steps an environment with the policy -- for the run, and for every rollout worker
+(:mod:`.rollout`) -- and :class:`Pending` is one decision on its way to becoming a stored transition.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,17 +19,15 @@ import torch
 
 from ace_hybrid.config import Config
 from ace_hybrid.grid.action_set import ActionSet, action_set_indices
-from ace_hybrid.grid.agents import GreedyExpertAgent
 from ace_hybrid.grid.catalog import ActionCatalog
 from ace_hybrid.grid.env import make_env, n_scenarios
 from ace_hybrid.grid.features import MaskFromFeatures, ObservationFeatures, RunningNormalizer
 from ace_hybrid.grid.reward import step_reward
-from ace_hybrid.grid.rules import SafeRule
 from ace_hybrid.replay import MixedReplayBuffer
 from ace_hybrid.sac import DiscreteSAC
 from ace_hybrid.training.metrics import MetricsLogger, Throughput
 
-__all__ = ["Counters", "Pending", "Run"]
+__all__ = ["Acting", "Counters", "Pending", "Run", "build_acting"]
 
 
 @dataclass
@@ -38,10 +39,11 @@ class Counters:
     decisions: int = 0
     updates: int = 0
     episodes: int = 0
-    """Training episodes started (with rollout workers: finished, as the learner hears of them)."""
+    """Training episodes finished (those cut at the step budget included), as the learner hears of them (earlier
+    versions' in-process loop counted them when they started)."""
     next_episode: int = 0
-    """With rollout workers: one past the largest episode id a worker has started (as the learner heard), where a
-    resumed run's ids start, so that an id is never given to two episodes (the LLM critic groups by id)."""
+    """One past the largest episode id a worker has started (as the learner heard), where a resumed run's ids start,
+    so that an id is never given to two episodes (the LLM critic groups by id)."""
     next_eval: int = 0
     next_checkpoint: int = 0
     best_survival: float = -1.0
@@ -51,7 +53,8 @@ class Counters:
 
 @dataclass
 class Pending:
-    """The last decision, waiting for its next observation and its accumulated reward."""
+    """One decision: waiting for its next observation while its reward accumulates, then -- with ``next_obs``,
+    ``done`` and ``truncated`` set -- a completed semi-MDP transition, as it is stored."""
 
     obs: np.ndarray
     action: int
@@ -59,7 +62,7 @@ class Pending:
     episode: int
     decision: int
     grid_obs: Any = None
-    """The grid2op observation of the decision (for the LLM actor's prompt and shortlist)."""
+    """The grid2op observation of the decision, kept with ``snapshot`` only (the LLM actor's prompt and shortlist)."""
     snapshot: Any = None
     """``env.copy()`` before the action, kept only while the LLM actor may refine this transition."""
     max_rho: float = 0.0
@@ -69,7 +72,37 @@ class Pending:
     tutor: bool = False
     """The tutor (greedy expert) decided, not the policy: the transition goes to the validated partition."""
     version: int = 0
-    """Version of the policy that chose the action (rollout workers: the learner's update count when it sent it)."""
+    """Version of the policy that chose the action (the learner's update count when it sent it)."""
+    next_obs: np.ndarray | None = None
+    """Features of the next decision's observation, or of the episode's last one; None while pending."""
+    done: bool = False
+    """The grid collapsed: terminal, no bootstrap."""
+    truncated: bool = False
+    """The episode was cut (its scenario's end, ``env.max_episode_steps``, the run's step budget)."""
+
+
+@dataclass
+class Acting:
+    """What steps an environment with the policy: the grid, the policy's action set, the features, the normaliser
+    the policy acts with and the networks. The run's own (the inline worker acts with them) or a rollout worker's."""
+
+    env: Any
+    actions: ActionSet
+    features: ObservationFeatures
+    normalizer: RunningNormalizer
+    sac: DiscreteSAC
+
+
+def build_acting(cfg: Config, env: Any, action_indices: list[int] | None, *, catalog: ActionCatalog | None = None,
+                 device: str | None = None) -> Acting:
+    """The parts that act in ``env`` over the action set ``action_indices`` (catalog indices; None: the whole
+    catalog), with networks seeded by ``train.seed`` on ``device`` (None: ``sac.device``). The run builds its own
+    here, and so does every rollout worker (on the CPU: N processes must not each claim a GPU)."""
+    actions = ActionSet(catalog if catalog is not None else ActionCatalog.for_env(env), action_indices)
+    features = ObservationFeatures(env)
+    sac_cfg = cfg.sac if device is None else dataclasses.replace(cfg.sac, device=device)
+    sac = DiscreteSAC(features.dim, len(actions), sac_cfg, action_features=actions.features(), seed=cfg.train.seed)
+    return Acting(env, actions, features, RunningNormalizer(features.dim), sac)
 
 
 class Run:
@@ -96,23 +129,19 @@ class Run:
         self.catalog = ActionCatalog.for_env(self.env)
         if action_indices is None:
             action_indices = action_set_indices(cfg, self.env, self.catalog)
-        self.actions = ActionSet(self.catalog, action_indices)
+        acting = build_acting(cfg, self.env, action_indices, catalog=self.catalog)
+        self.actions = acting.actions
         """The policy's actions (``env.action_set``): the policy, the replay and the LLM actor use its indices."""
-        self.features = ObservationFeatures(self.env)
+        self.features, self.normalizer, self.sac = acting.features, acting.normalizer, acting.sac
         self.masks = MaskFromFeatures(self.features, self.actions)
-        self.normalizer = RunningNormalizer(self.features.dim)
-        self.safe_rule = SafeRule(self.env.action_space, threshold=cfg.env.threshold)
-        self.tutor = (GreedyExpertAgent(self.env.action_space, self.actions, budget=cfg.train.tutor_budget,
-                                        threshold=cfg.env.threshold) if cfg.train.tutor_steps else None)
-        """The expert-guided warm start's greedy tutor over the action set (``train.tutor_steps``)."""
-        self.sac = DiscreteSAC(self.features.dim, len(self.actions), cfg.sac,
-                               action_features=self.actions.features(), seed=cfg.train.seed)
         r = cfg.replay
         self.replay = MixedReplayBuffer(self.features.dim, r.rl_capacity, r.llm_capacity, alpha=r.alpha,
                                         beta=r.beta, tau=r.tau, seed=cfg.train.seed)
         self.counters = Counters(next_eval=cfg.train.eval_every or cfg.train.total_env_steps,
                                  next_checkpoint=cfg.train.checkpoint_every)
         self.time_split = {"env": 0.0, "reset": 0.0, "update": 0.0, "eval": 0.0, "llm": 0.0, "tutor": 0.0}
+        self.safe_rule_seconds = 0.0
+        """Seconds the safe rule spent in ``obs.simulate`` this session (its power flows: environment time)."""
         self.logger = MetricsLogger(run_dir, cfg.log.tensorboard)
         self.replay_files: dict[str, str] = {}
         """Replay file named by each checkpoint file (checkpoint.pt, best.pt): the ones to keep."""
@@ -123,6 +152,10 @@ class Run:
         """Set by Ctrl-C during ``train``: the loop stops after the current environment step and saves."""
         self.throughput: Throughput | None = None
         """The learner's and workers' rates over the current session of ``train`` (set when it starts)."""
+
+    def acting(self) -> Acting:
+        """The run's own acting parts (the inline worker, ``train.workers = 0``, acts with them)."""
+        return Acting(self.env, self.actions, self.features, self.normalizer, self.sac)
 
     def step_reward(self, obs: Any, blackout: bool) -> float:
         """The reward of one environment step under this run's ``[reward]`` settings."""

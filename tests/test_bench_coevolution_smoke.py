@@ -1,0 +1,72 @@
+"""benchmarks/bench_coevolution.py end to end with a tiny random model: a curve is trained, evaluated, resumed and
+drawn, and its pairs never teach a letter."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("peft")
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+import actor_problems as ap  # noqa: E402
+import bench_coevolution as bc  # noqa: E402
+
+import llm_fixtures as fixtures  # noqa: E402 (tests/ is on sys.path: see conftest.py)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def problems() -> list[dict]:
+    return ap.load_problems(bc.DEFAULT_PROBLEMS, 0, 0, False)
+
+
+def test_the_shipped_set_has_disjoint_splits_of_two_grids_and_a_best_candidate_where_one_is_good(problems) -> None:
+    episodes = {}
+    for p in problems:
+        episodes.setdefault((p["env"], p["seed"]), set()).add(bc.split_of(p))
+    assert all(len(s) == 1 for s in episodes.values())  # whole episodes per split
+    held = [p for p in problems if bc.split_of(p) == "held-out"]
+    assert len(held) >= 150 and {p["env"] for p in held} == set(ap.ENVS)
+    for p in problems[:200]:
+        best = ap.best_candidate(p)
+        assert (best is None) == (not any(p["good"]))
+        if best is not None:
+            assert p["good"][best] and p["rewards"][best] == max(r for r, g in zip(p["rewards"], p["good"]) if g)
+
+
+def test_a_curve_trains_evaluates_resumes_and_is_drawn(problems, tmp_path: Path) -> None:
+    model = fixtures.build_tiny_model(tmp_path / "tiny")
+    args = ["--backend", f"transformers:{model}", "--split", "dev", "--eval-limit", "4", "--eval-orders", "2",
+            "--threads", "1", "--out", str(tmp_path / "curves"), "--name", "c"]
+    assert bc.main([*args, "--pairs", "0,8"]) == 0
+    curve = json.loads((tmp_path / "curves" / "c" / "curve.json").read_text())
+    assert [p["pairs"] for p in curve["points"]] == [0, 8] and curve["points"][1]["steps"] == 2  # 16 pairs, batch 8
+    assert np.array(curve["points"][0]["chosen"]).shape == (4, 2) and len(curve["evaluation"]) == 4
+    assert (tmp_path / "curves" / "c" / "adapter-8").is_dir()
+    assert bc.main([*args, "--pairs", "0,8,16"]) == 0  # resumed: the first two points are kept
+    again = json.loads((tmp_path / "curves" / "c" / "curve.json").read_text())
+    assert again["points"][:2] == curve["points"] and again["points"][2]["pairs"] == 16
+    with pytest.raises(SystemExit, match="not a start of"):
+        bc.main([*args, "--pairs", "0,4"])
+    figure = tmp_path / "curve.png"
+    assert bc.main(["--plot", str(tmp_path / "curves" / "c"), "--figure", str(figure)]) == 0
+    assert figure.stat().st_size > 1000
+
+
+def test_the_training_pairs_spread_the_target_letter(problems) -> None:
+    from ace_hybrid.llm.coevolution import content_pairs
+
+    stream = bc.training_stream(problems, seed=0)[:200]
+    pairs = content_pairs([(ap.choice_problem(p), ap.best_candidate(p)) for p in stream], 2, 0)
+    letters = Counter(label for _, label in pairs)
+    assert max(letters.values()) / len(pairs) < 0.15  # 8 letters: 12.5% each
