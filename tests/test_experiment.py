@@ -31,8 +31,7 @@ TINY = [*tiny_settings.TINY, "env.deploy_topk=2", "train.checkpoint_every=50", "
         "log.tensorboard=false"]
 
 
-def write_experiment(path: Path, *, steps: int = 120, seeds: str = "[0, 1]", rows: str = "", extra: str = "") -> Path:
-    rows = rows or """
+DO_NOTHING_AND_SAC = """
 [[rows]]
 name = "DoNothing"
 kind = "do-nothing"
@@ -42,6 +41,10 @@ name = "SAC-only"
 kind = "sac-only"
 deploy_topk = [0, 2]
 """
+
+
+def write_experiment(path: Path, *, steps: int = 120, seeds: str = "[0, 1]", rows: str = "", extra: str = "") -> Path:
+    rows = rows or DO_NOTHING_AND_SAC
     path.write_text(f"""
 name = "tiny"
 config = "{REPO / 'configs' / 'l2rpn_case14_sandbox.toml'}"
@@ -58,7 +61,7 @@ test_max_steps = 30
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict]:
     base = tmp_path_factory.mktemp("experiment")
-    path = write_experiment(base / "tiny.toml")
+    path = write_experiment(base / "tiny.toml", extra='primary = [["each trained row (policy alone)", "DoNothing"]]')
     out = base / "out"
     result = ex.run_experiment(ex.load_experiment(path), out, progress=False)
     return path, out, result
@@ -179,6 +182,13 @@ def test_table_values_are_pooled_over_episodes_with_bootstrap_intervals(finished
     line = next(x for x in table.splitlines() if x.startswith("| SAC-only + top-2 check |"))
     assert f"| 2 × 2 | {survival:.1%} [{stat['lo']:.1%}, {stat['hi']:.1%}] |" in line
     assert "## Paired differences in survival" in table
+    primary, exploratory = table.split("### Primary comparisons (Holm)")[1].split("### Exploratory (not corrected)")
+    assert "| SAC-only (policy alone) | DoNothing |" in primary and "| p (Holm) |" in primary
+    assert "| SAC-only + top-2 check | DoNothing | against doing nothing |" in exploratory
+    assert "| SAC-only (policy alone) | DoNothing |" not in exploratory  # a primary is not repeated uncorrected
+    first = results["comparisons"][0]
+    assert first["primary"] and (first["a"], first["b"]) == ("sac-only-alone", "donothing")
+    assert first["p_holm"] == first["p"] and not any(c["primary"] for c in results["comparisons"][1:])
     csv_lines = (out / "results.csv").read_text().splitlines()
     header, sac_line = csv_lines[0].split(","), next(x for x in csv_lines if x.startswith("sac-only-top2,")).split(",")
     assert float(sac_line[header.index("survival_rate")]) == pytest.approx(survival, abs=1e-12)
@@ -221,6 +231,139 @@ def test_changed_settings_do_not_silently_reuse_finished_cells(finished) -> None
     spec = ex.load_experiment(path, ["train.total_env_steps=100"])
     with pytest.raises(ValueError, match=r"cells/donothing.json was made with another configuration"):
         ex.run_experiment(spec, out, progress=False)
+
+
+def test_on_validation_tests_every_row_apart_and_reuses_the_trained_runs(finished, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    from ace_hybrid.cli import main
+
+    path, out, _ = finished
+    copy = shutil.copytree(out, tmp_path / "out")
+    validation = tmp_path / "tiny.toml"
+    pairs = "test_pairs = [[0, 0], [1, 1]]"
+    validation.write_text(path.read_text().replace(pairs, f"{pairs}\nvalidation_pairs = [[0, 2], [1, 3]]"))
+    stamps = {p.name: p.stat().st_mtime_ns for p in [*(copy / "cells").glob("*.json"), copy / "results.json",
+                                                     copy / "results.md", copy / "results.csv"]}
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("the run was trained again")
+
+    monkeypatch.setattr(ex.cells, "train_cell", no_training)
+    assert main(["experiment", "--config", str(validation), "--out", str(copy), "--on", "validation",
+                 "--no-progress"]) == 0
+    assert {p.name: p.stat().st_mtime_ns for p in [*(copy / "cells").glob("*.json"), copy / "results.json",
+                                                   copy / "results.md", copy / "results.csv"]} == stamps
+    assert not (copy / "report-validation.md").exists()
+    results = json.loads((copy / "results-validation.json").read_text())
+    assert results["on"] == "validation" and results["pairs"] == [[0, 2], [1, 3]]
+    assert results["command"].endswith("--on validation")
+    assert sorted(p.name for p in (copy / "cells-validation").glob("*.json")) == sorted(
+        p.name for p in (copy / "cells").glob("*.json"))
+    cell = json.loads((copy / "cells-validation" / "sac-only-top2-seed1.json").read_text())
+    assert [(e["scenario"], e["seed"]) for e in cell["test"]["episodes"]] == [(0, 2), (1, 3)]
+    assert cell["train"] == json.loads((copy / "cells" / "sac-only-top2-seed1.json").read_text())["train"]
+    text = (copy / "results-validation.md").read_text()
+    assert text.startswith("# tiny (on the validation pairs)") and "2 validation episodes (scenario, seed)" in text
+    # The test results are reused as they were: the validation pairs are not part of a test cell's fingerprint.
+    assert ex.run_experiment(ex.load_experiment(validation), copy, progress=False)["ran"] == []
+
+
+def test_validation_pairs_are_disjoint_from_test_selection_and_training(tmp_path: Path) -> None:
+    def load(pairs: str, on: str = "test"):
+        path = write_experiment(tmp_path / "v.toml", extra=f"validation_pairs = {pairs}" if pairs else "")
+        return ex.load_experiment(path, on=on)
+
+    assert load("[[0, 2], [1, 3]]", on="validation").pairs == [(0, 2), (1, 3)]
+    with pytest.raises(ValueError, match=r"test pairs \[0, 0\], \[1, 1\] are also in validation_pairs"):
+        load("[[1, 1], [0, 0], [0, 7]]")
+    with pytest.raises(ValueError, match=r"validation pair \[2, 0\] is also in env.eval_pairs \(row 'DoNothing': "
+                                         r"they choose best.pt\)"):
+        load("[[0, 3], [2, 0]]")
+    with pytest.raises(ValueError, match=r"validation pair \[1, 1001\] may be training episode 1 of row"):
+        load("[[1, 1001]]")
+    with pytest.raises(ValueError, match=r"validation_pairs \[0, 3\] appear more than once"):
+        load("[[0, 3], [0, 3]]")
+    with pytest.raises(ValueError, match=r"--on validation: v.toml has no validation_pairs"):
+        load("", on="validation")
+    with pytest.raises(ValueError, match=r"on = 'train' is not one of test, validation"):
+        load("", on="train")
+
+
+def test_maskable_ppo_row_trains_through_the_runner_and_is_tested_like_the_others(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("sb3_contrib")
+    from ace_hybrid.training import ppo as ppo_module
+
+    path = write_experiment(tmp_path / "ppo.toml", steps=300, seeds="[0]",
+                            extra='primary = [["each trained row (policy alone)", "DoNothing"]]', rows="""
+[[rows]]
+name = "DoNothing"
+kind = "do-nothing"
+
+[[rows]]
+name = "PPO"
+kind = "maskable-ppo"
+set = ["env.action_set=tutor:5", "env.action_set_states=20"]
+ppo = { n_steps = 32, batch_size = 16, n_epochs = 2, hidden = [32] }
+deploy_topk = [0, 2]
+""")
+    out = tmp_path / "out"
+    result = ex.run_experiment(ex.load_experiment(path), out, progress=False)
+    assert sorted(result["ran"]) == ["donothing", "ppo-alone-seed0", "ppo-top2-seed0"]
+    alone, top2 = (json.loads((out / "cells" / f"ppo-{v}-seed0.json").read_text()) for v in ("alone", "top2"))
+    train = alone["train"]
+    assert train == top2["train"] and train["resumed"] is False  # one training, tested twice
+    # The budget counts grid steps (a decision and the safe rule's steps after it may pass it, within one episode).
+    assert 300 <= train["env_steps"] < 300 + 120 and 32 <= train["decisions"] <= train["env_steps"]
+    assert train["updates"] > 0 and train["episodes"] >= 1
+    state = ppo_module.read_state(out / "runs" / "ppo-seed0")
+    assert state["settings"]["n_steps"] == 32 and state["config"]["train"]["seed"] == 0
+    model = (out / "runs" / "ppo-seed0" / ppo_module.MODEL_FILE)
+    assert model.is_file() and ex.cells.finished_model("maskable-ppo") == ppo_module.STATE_FILE
+    assert 2 <= len(state["action_set"]) < 100  # the run's tutor:5 set: do nothing, reconnections, 5 more
+    for cell in (alone, top2):
+        assert [(e["scenario"], e["seed"]) for e in cell["test"]["episodes"]] == [(0, 0), (1, 1)]
+    rows = {r["id"]: r for r in result["rows"]}
+    assert rows["ppo-alone"]["metrics"]["simulations_per_decision"]["value"] == 0.0
+    assert 1.0 <= rows["ppo-top2"]["metrics"]["simulations_per_decision"]["value"] <= 3.0
+    assert result["comparisons"][0]["a"] == "ppo-alone" and result["comparisons"][0]["primary"]
+    # A finished model is reused, not trained again.
+    for name in ("ppo-alone-seed0.json", "ppo-top2-seed0.json"):
+        (out / "cells" / name).unlink()
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("the finished model was trained again")
+
+    monkeypatch.setattr(ppo_module, "train_maskable_ppo", no_training)
+    again = ex.run_experiment(ex.load_experiment(path), out, progress=False)
+    cell = next(c for c in again["cells"] if c["cell"] == "ppo-alone-seed0")
+    def played(c: dict) -> list:
+        return [(e["steps_survived"], e["cumulative_reward"], e["decisions"]) for e in c["test"]["episodes"]]
+
+    assert cell["train"]["resumed"] is True and played(cell) == played(alone)  # the same model, the same play
+
+
+def test_ppo_settings_are_checked_naming_the_row_and_key(tmp_path: Path) -> None:
+    from ace_hybrid.experiment.ppo_settings import PPOSettings
+
+    assert PPOSettings().n_steps % PPOSettings().batch_size == 0
+    ppo_row = '[[rows]]\nname = "PPO"\nkind = "maskable-ppo"\n'
+    for table, message in (("{ n_step = 64 }", r"rows\[0\] \(row 'PPO'\)\.ppo: unknown key\(s\) 'n_step'; valid keys: "
+                                               r"n_steps, batch_size"),
+                           ("{ n_steps = 100, batch_size = 32 }", r"ppo.n_steps = 100 must be a multiple of "
+                                                                  r"ppo.batch_size = 32"),
+                           ("{ learning_rate = -1.0 }", r"ppo.learning_rate = -1.0 out of range")):
+        with pytest.raises(ValueError, match=message):
+            ex.load_experiment(write_experiment(tmp_path / "p.toml", rows=ppo_row + f"ppo = {table}\n"))
+    with pytest.raises(ValueError, match=r"rows\[0\]\.ppo \(row 'SAC'\): kind 'sac-only' is not maskable-ppo"):
+        ex.load_experiment(write_experiment(tmp_path / "p.toml", rows='[[rows]]\nname = "SAC"\nkind = "sac-only"\n'
+                                                                       'ppo = { n_steps = 64 }\n'))
+    with pytest.raises(ValueError, match=r"row 'PPO' \(kind maskable-ppo\) has train.tutor_steps = 40"):
+        ex.load_experiment(write_experiment(tmp_path / "p.toml", rows=ppo_row + 'set = ["train.tutor_steps=40"]\n'))
+    spec = ex.load_experiment(write_experiment(tmp_path / "p.toml", rows=ppo_row))
+    assert spec.rows[0].ppo == PPOSettings() and spec.row_config(spec.rows[0], 0).llm.backend == "none"
 
 
 class Interrupted(Exception):
@@ -366,7 +509,7 @@ def test_cli_help_lists_the_experiment_and_report_commands() -> None:
     assert "experiment" in text and "report" in text
     sub = next(a for a in parser._actions if a.dest == "command").choices
     help_text = sub["experiment"].format_help()
-    for flag in ("--config", "--out", "--set", "--rows", "--seeds", "--no-report"):
+    for flag in ("--config", "--out", "--set", "--rows", "--seeds", "--no-report", "--on"):
         assert flag in help_text
 
 
@@ -518,6 +661,73 @@ def test_comparisons_are_declared_by_kind_not_by_results() -> None:
     assert not any(a == b for a, b, _ in made) and not any(b == "ace-no-actor-top8" for _, b, _ in made)
 
 
+def test_p_value_is_twice_the_smaller_tail_of_the_draws() -> None:
+    assert ex.p_value(np.array([-1.0, 1.0, 2.0, 3.0])) == 0.5  # P(<= 0) = 1/4
+    assert ex.p_value(np.array([0.0, 0.0])) == 1.0 and ex.p_value(np.array([1.0, 2.0])) == 0.0
+    assert ex.p_value(np.array([np.nan, -1.0, -2.0, 1.0])) == pytest.approx(2 / 3)
+    assert ex.p_value(np.array([np.nan])) is None
+
+
+def test_holm_steps_down_and_counts_comparisons_without_data() -> None:
+    # Sorted 0.01, 0.03, 0.04 of m = 3: 0.03, 0.06, then max(0.06, 0.04) = 0.06.
+    assert ex.holm([0.04, 0.01, 0.03]) == pytest.approx([0.06, 0.03, 0.06])
+    assert ex.holm([0.01, None]) == [0.02, None]  # the comparison that did not run still counts in m
+    assert ex.holm([0.6, 0.7]) == [1.0, 1.0] and ex.holm([]) == []
+
+
+def test_primaries_come_first_with_holm_and_the_rest_is_exploratory() -> None:
+    rng = np.random.default_rng(1)
+    base = rng.integers(0, 80, size=(1, 16))
+    rows = [dict(synthetic_row("nothing", base.tolist(), [None]), kind="do-nothing"),
+            synthetic_row("sac", (base + rng.integers(1, 20, size=(1, 16))).tolist(), [0]),
+            dict(synthetic_row("ace", base.tolist(), [0]), kind="ace")]
+    primaries = [ex.Primary("ace", "sac", "ace", "sac"), ex.Primary("sac", "nothing", "sac", "nothing"),
+                 ex.Primary("gone", "nothing", "not run", "nothing")]
+    out = ex.compare_rows(rows, [0], 16, primaries=primaries)
+    assert [(c["a"], c["b"], c["primary"]) for c in out[:3]] == [("ace", "sac", True), ("sac", "nothing", True),
+                                                                  ("gone", "nothing", True)]
+    first, second, missing = out[:3]
+    assert (first["why"], second["why"], missing["why"]) == ("against SAC-only", "against doing nothing",
+                                                              "named primary")
+    assert missing["difference"] is None and missing["p_holm"] is None and ex.verdict(missing) == "no data"
+    # sac survives longer on every pair: p = 0, so Holm leaves it 0; ace - sac is the same in reverse.
+    assert second["p"] == 0.0 and second["p_holm"] == 0.0 and ex.stated(second)
+    assert ex.verdict(second) == "A survives longer, separated (Holm)"
+    assert ex.verdict(first) == "B survives longer, separated (Holm)"
+    explored = [(c["a"], c["b"]) for c in out[3:]]
+    assert ("ace", "sac") not in explored and ("sac", "nothing") not in explored and ("ace", "nothing") in explored
+    assert not any(c["primary"] for c in out[3:])
+    weak = dict(second, p=0.03, p_holm=0.09)  # its own interval excludes 0, but not after the correction
+    assert ex.verdict(weak) == "not distinguishable (Holm)" and not ex.stated(weak)
+
+
+def test_primaries_name_table_rows_and_fail_naming_an_unknown_one(tmp_path: Path) -> None:
+    rows = DO_NOTHING_AND_SAC + """
+[[rows]]
+name = "EG"
+kind = "expert-guided"
+set = ["train.tutor_steps=40"]
+deploy_topk = [0]
+"""
+    primary = '[["each trained row (policy alone)", "DoNothing"], ["sac-only-top2", "EG (policy alone)"], ' \
+              '["SAC-only (policy alone)", "DoNothing"]]'
+    spec = ex.load_experiment(write_experiment(tmp_path / "ok.toml", rows=rows, extra=f"primary = {primary}"),
+                              rows=["sac-only"])
+    assert [(p.a, p.b) for p in spec.primaries] == [("sac-only-alone", "donothing"), ("eg-alone", "donothing"),
+                                                    ("sac-only-top2", "eg-alone")]  # a repeat is dropped
+    assert spec.primaries[2].a_name == "SAC-only + top-2 check"  # rows left out by --rows stay in the family
+    bad = write_experiment(tmp_path / "bad.toml", rows=rows, extra='primary = [["SAC-only", "DoNothing"]]')
+    with pytest.raises(ValueError, match=r"primary\[0\]\[0\]: unknown row 'SAC-only'; valid names \(or a row's "
+                                         r"id\): 'DoNothing', 'SAC-only \(policy alone\)', 'SAC-only \+ top-2 check', "
+                                         r"'EG \(policy alone\)', 'each trained row'"):
+        ex.load_experiment(bad)
+    for value, message in (('[["DoNothing"]]', r"must be a list of \[A, B\]"),
+                           ('[["DoNothing", "donothing"]]', r"compares a row with itself"),
+                           ('[["each trained row", "each trained row (policy alone)"]]', r"at most one side")):
+        with pytest.raises(ValueError, match=message):
+            ex.load_experiment(write_experiment(tmp_path / "bad.toml", rows=rows, extra=f"primary = {value}"))
+
+
 # ----------------------------------------------------------------------------- the shipped experiment files
 
 def _validation_seeds() -> set[int]:
@@ -537,10 +747,18 @@ def test_the_shipped_experiment_files_are_valid(path: Path) -> None:
         # In the loop's thread: each ACE run makes its LLM calls whatever else the machine runs (--jobs 2).
         assert row.kind != "ace" or not cfg.ace.async_llm, row.id
     seeds = [k for _, k in spec.test_pairs]
-    assert len(spec.test_pairs) >= 16 and len(set(seeds)) == len(seeds)
+    assert len(spec.test_pairs) >= 32 and len(set(seeds)) == len(seeds)
     assert not set(seeds) & _validation_seeds()
+    # Configurations are chosen on validation pairs: disjoint from the test pairs (load_experiment checks the rest).
+    assert len(spec.validation_pairs) >= 16 and not set(spec.validation_pairs) & set(spec.test_pairs)
+    assert {s for s, _ in spec.test_pairs} == {s for s, _ in spec.validation_pairs} == {0, 1}
+    assert ex.load_experiment(path, on="validation").pairs == spec.validation_pairs
     if path.stem == "budget_study":
+        assert "--on validation" in path.read_text()
         return
+    assert len(spec.primaries) >= 4 and {(p.a_name, p.b_name) for p in spec.primaries} >= {
+        ("ACE (policy alone)", "SAC-only (policy alone)"), ("ACE (policy alone)", "Expert-guided RL (policy alone)"),
+        ("ACE + top-7 check", "Greedy expert"), ("SAC-only (policy alone)", "DoNothing")}
     assert "ace" in kinds
     # The top-7 check simulates at most 8 candidates: under a third of the greedy expert's 30.
     assert all(row.topk in (0, 7) for row in spec.rows if row.trains) and spec.greedy_budget >= 3 * 8
@@ -549,7 +767,16 @@ def test_the_shipped_experiment_files_are_valid(path: Path) -> None:
     assert {"SAC-only (policy alone)", "SAC-only + top-7 check"} <= expanded
     if path.stem == "make_run":
         assert names == {"DoNothing", "Greedy expert", "Tutor (tutor:50, 30 simulations)",
-                         "Tutor (tutor:50, 8 simulations)", "SAC-only", "Expert-guided RL", "ACE"}
+                         "Tutor (tutor:50, 8 simulations)", "SAC-only", "Expert-guided RL", "ACE",
+                         "MaskablePPO (sb3-contrib)"}
+    # MaskablePPO trains on the same terms as the SAC rows: action set, budget, reward, threshold, episodes, seeds.
+    ppo = next(r for r in spec.rows if r.kind == "maskable-ppo")
+    sac = next(r for r in spec.rows if r.kind == "sac-only")
+    ppo_cfg, sac_cfg = spec.row_config(ppo, 0), spec.row_config(sac, 0)
+    for section in ("env", "reward"):
+        assert ppo_cfg.to_dict()[section] == sac_cfg.to_dict()[section]
+    assert ppo_cfg.train.total_env_steps == sac_cfg.train.total_env_steps and ppo_cfg.train.seed == 0
+    assert ppo.topk in (0, 7) and ppo.ppo.n_steps * 4 <= 1000
     if path.stem == "paper_table":
         assert len(spec.seeds) >= 3
         assert {"Expert-guided RL", "ACE", "ACE (LLM ranker)", "LLM-only (LAC)"} <= names
@@ -571,8 +798,9 @@ def test_groups_with_a_language_model_run_first_then_trainings_then_baselines() 
     spec = ex.load_experiment(REPO / "experiments" / "paper_table.toml")
     plan = [(row, seed, spec.row_config(row, seed)) for row, seed in spec.cells()]
     kinds = [group[0][0].kind for group in ex.longest_first(ex.cell_groups(plan))]
-    llm, trained = kinds.count("lac") + kinds.count("ace"), kinds.count("sac-only") + kinds.count("expert-guided")
+    llm = kinds.count("lac") + kinds.count("ace")
+    trained = kinds.count("sac-only") + kinds.count("expert-guided") + kinds.count("maskable-ppo")
     # The LLM-only agent asks the model at every test decision: left to the end it would run alone for most of an hour.
     assert kinds[0] == "lac" and set(kinds[:llm]) == {"lac", "ace"}
-    assert set(kinds[llm:llm + trained]) == {"sac-only", "expert-guided"}
+    assert set(kinds[llm:llm + trained]) == {"sac-only", "expert-guided", "maskable-ppo"}
     assert set(kinds[llm + trained:]) == {"do-nothing", "reco", "greedy", "tutor", "random-candidate"}

@@ -126,3 +126,42 @@ def test_terminal_observations_stay_finite_and_in_the_box() -> None:
             break
     assert terminated or truncated, "random topology play should end the episode within 400 decisions"
     env.close()
+
+
+def test_the_env_acts_over_an_action_set_in_its_indices() -> None:
+    from ace_hybrid.grid.action_set import ActionSet
+
+    env = GridGymEnv("l2rpn_case14_sandbox", threshold=0.5, max_steps=120, action_indices=[0, 3, 7, 11])
+    assert env.action_space.n == 4 and isinstance(env.actions, ActionSet)
+    _, info = env.reset(seed=0)
+    assert info["action_mask"].shape == (4,) and np.array_equal(
+        env.action_masks(), env.catalog.legal_mask(env._obs)[[0, 3, 7, 11]])
+    played = []
+    inner = env.grid.step
+    env.grid.step = lambda action: (played.append(action), inner(action))[1]
+    env.step(2)
+    assert played[0] == env.catalog.action(7)  # set index 2 is catalog action 7
+    with pytest.raises(IndexError, match=r"action 4 out of range \[0, 4\)"):
+        env.step(4)
+    env.close()
+
+
+def test_from_config_plays_the_runs_episodes_in_order_over_its_action_set() -> None:
+    cfg = load_config(find_config("l2rpn_case14_sandbox"), [*tiny_settings.TINY, "env.action_set=tutor:5",
+                                                              "env.action_set_states=20"])
+    env = GridGymEnv.from_config(cfg)
+    from ace_hybrid.grid.action_set import action_set_indices
+
+    assert env.actions.indices.tolist() == action_set_indices(cfg, env.grid, env.catalog)
+    assert env.action_space.n == len(env.actions) < len(env.catalog)
+    played = []
+    for _ in range(3):
+        _, info = env.reset()
+        played.append((info["scenario"], info["episode_seed"]))
+    # Episode k is (train_scenarios[k % 2], 1000 + k), as the training loop plays them (attempts included).
+    assert played[0] == (0, 1000) and all(seed - 1000 < env.episodes for _, seed in played)
+    assert all(s == cfg.env.train_scenarios[(seed - 1000) % 2] for s, seed in played)
+    before, steps = env.grid_steps, info["steps"]
+    _, _, terminated, truncated, info = env.step(0)
+    assert env.grid_steps - before == info["steps"] - steps >= 1  # the decision's step and the safe rule's after it
+    env.close()

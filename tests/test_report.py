@@ -160,7 +160,28 @@ def test_report_claims_a_difference_only_when_the_paired_interval_excludes_zero(
     worse = dict(separated, a_name="x", b_name="y", difference=-0.2, lo=-0.3, hi=-0.1)
     assert claim(worse).startswith("**y** survives longer than **x** (against the greedy expert): 50.0% vs 80.6%, "
                                    "+20.0 points [95% CI +10.0, +30.0]")
-    assert by_pair[("ace", "sac")]["separated"] and "2 of 3 declared comparisons separate" in text
+    assert by_pair[("ace", "sac")]["separated"] and "2 of 3 exploratory comparisons separate" in text
+    assert "No primary comparison" not in text and "names no primary comparison" in text
+
+
+def test_report_states_primaries_first_and_only_after_holm() -> None:
+    greedy = row("greedy", "greedy", [50] * 16)
+    ace = row("ace", "ace", [90] * 13 + [40] * 3, seeds=[0])
+    sac = row("sac", "sac-only", [90] * 9 + [10] * 7, seeds=[0])
+    results = results_of(greedy, sac, ace)
+    primaries = [ex.Primary("ace", "greedy", "ace", "greedy"), ex.Primary("sac", "greedy", "sac", "greedy")]
+    results["comparisons"] = ex.compare_rows(results["rows"], [0], 16, primaries=primaries)
+    ace_greedy, sac_greedy = results["comparisons"][:2]
+    assert ace_greedy["p_holm"] == pytest.approx(min(1.0, 2 * ace_greedy["p"]))  # the smaller p of m = 2
+    text = claims(results)
+    primary, exploratory = text.split("### Exploratory (not corrected)")
+    assert "### Primary comparisons (Holm)" in primary and "1 of 2 primary comparisons separate" in primary
+    assert claim(ace_greedy).startswith("**ace** survives longer than **greedy** (separated (Holm)) (against the "
+                                        "greedy expert): 80.6% vs 50.0%")
+    assert "Holm-adjusted p" in claim(ace_greedy) and claim(ace_greedy) in primary
+    assert claim(sac_greedy).startswith("**sac** and **greedy** are not distinguishable at these sample sizes after "
+                                        "Holm's correction")
+    assert "**ace** survives longer than **sac**" in exploratory and "**greedy**" not in exploratory
 
 
 def test_comparison_with_the_paper_follows_the_claim_rule() -> None:

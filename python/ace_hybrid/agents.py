@@ -7,6 +7,8 @@ name                          agent
 ``reco``                      reconnects the best line (:class:`~ace_hybrid.grid.agents.RecoPowerlineAgent`)
 ``greedy``                    simulates ``budget`` catalog actions (:class:`~ace_hybrid.grid.agents.GreedyExpertAgent`)
 ``checkpoint:PATH``           a trained SAC or ACE policy (:func:`ace_hybrid.training.policy.load_agent`)
+``maskable-ppo:RUN_DIR``      a trained sb3-contrib MaskablePPO policy (:func:`ace_hybrid.training.ppo.load_ppo_agent`;
+                              the ``rl`` extra)
 ``lac``                       the LLM-only LAC agent of ``cfg.llm`` (:mod:`ace_hybrid.llm.lac_agent`)
 ``random-candidate``          a random one of the LAC agent's candidates, its control
                               (:class:`~ace_hybrid.grid.agents.RandomCandidateAgent`)
@@ -27,8 +29,8 @@ from ace_hybrid.grid.agents import (DoNothingAgent, GreedyExpertAgent, RandomCan
 
 __all__ = ["AGENT_NAMES", "RENAMED_AGENTS", "make_agent"]
 
-AGENT_NAMES = ("do-nothing", "reco", "greedy", "checkpoint:PATH", "lac", "random-candidate")
-"""The names :func:`make_agent` accepts (``checkpoint:`` followed by a path)."""
+AGENT_NAMES = ("do-nothing", "reco", "greedy", "checkpoint:PATH", "maskable-ppo:RUN_DIR", "lac", "random-candidate")
+"""The names :func:`make_agent` accepts (``checkpoint:`` followed by a path, ``maskable-ppo:`` by a run directory)."""
 RENAMED_AGENTS = {"donothing": "do-nothing", "llm_lac": "lac"}
 """Spellings of the unreleased 0.1.0 -> the one name now; an old spelling is a ValueError that names the new one."""
 
@@ -48,7 +50,7 @@ def make_agent(spec: str, env: Any, *, threshold: float | None = None, budget: i
     budget
         Simulations per decision of the greedy expert.
     topk
-        A checkpoint's top-k simulation check (None: the run's own ``env.deploy_topk``).
+        A trained policy's top-k simulation check (None: the run's own ``env.deploy_topk``).
     cfg
         The configuration the LAC agent takes its LLM from (default: the embedded model).
     """
@@ -74,6 +76,10 @@ def make_agent(spec: str, env: Any, *, threshold: float | None = None, budget: i
         from ace_hybrid.training.policy import load_agent
 
         return load_agent(spec.split(":", 1)[1], env, topk)
+    if spec.startswith("maskable-ppo:"):
+        from ace_hybrid.training.ppo import load_ppo_agent
+
+        return load_ppo_agent(spec.split(":", 1)[1], env, topk)
     if spec == "lac":
         from ace_hybrid.llm.lac_agent import make_lac_agent
 

@@ -218,7 +218,7 @@ def _add_evaluate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     ev.add_argument("--env", required=True, help="environment name, e.g. l2rpn_neurips_2020_track1")
     ev.add_argument("--agent", required=True,
                     help="do-nothing | reco | greedy | lac (the LLM-only LAC agent, embedded model) | checkpoint:PATH "
-                    "(a trained agent's checkpoint)")
+                    "(a trained agent's checkpoint) | maskable-ppo:RUN_DIR (an experiment's trained MaskablePPO run)")
     ev.add_argument("--episodes", type=_int_list, default=[0], help="scenario ids, e.g. '0,1' or '0-2' (default 0)")
     ev.add_argument("--seeds", type=_int_list, default=[0],
                     help="episode seeds: one for all scenarios or one per scenario (default 0)")
@@ -227,7 +227,7 @@ def _add_evaluate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     ev.add_argument("--threshold", type=float, default=0.9, help="danger threshold on max rho (default 0.9)")
     ev.add_argument("--budget", type=int, default=30, help="greedy expert: simulations per decision (default 30)")
     ev.add_argument("--topk", type=int, default=None,
-                    help="checkpoint agents: simulate the policy's k most likely actions and play the safest "
+                    help="trained agents: simulate the policy's k most likely actions and play the safest "
                     "(0: the most likely, unchecked; default: the run's env.deploy_topk)")
     ev.add_argument("--score", action="store_true",
                     help="also compute grid2op's L2RPN score (runs its reference agents on a writable data copy)")
@@ -261,8 +261,9 @@ def _add_experiment(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "experiment",
         help="train and test a grid of agents x seeds and write the paper-style table and a report",
         description="Run the rows of an experiment file (baselines: do-nothing, reco, greedy, tutor, lac; training "
-        "rows: sac-only, expert-guided, ace and its ablations) for each seed: train into OUT/runs/<row>-seed<k> "
-        "(resuming a half-done run), test best.pt on the file's held-out test_pairs, and save each cell in OUT/cells/. "
+        "rows: sac-only, expert-guided, ace and its ablations, maskable-ppo) for each seed: train into "
+        "OUT/runs/<row>-seed<k> (resuming a half-done run), test best.pt (maskable-ppo: its last model) on the file's "
+        "held-out test_pairs (or, with --on validation, its validation_pairs), and save each cell in OUT/cells/. "
         "A finished cell is never rerun, so rerunning the command continues where it stopped. Writes results.json, "
         "results.csv, results.md (mean ± std over seeds) and report.md with figures, and prints the table.",
     )
@@ -278,6 +279,10 @@ def _add_experiment(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     ex.add_argument("--jobs", type=_positive_int, default=1, metavar="N",
                     help="run N cells at once in worker processes (default 1; a cell's figures do not depend on "
                     "it, its times do)")
+    ex.add_argument("--on", choices=("test", "validation"), default="test",
+                    help="the pairs every row is tested on: the held-out test_pairs (default), or the file's "
+                    "validation_pairs, where configurations are chosen: writes OUT/results-validation.{json,csv,md} "
+                    "from OUT/cells-validation/, never mixed with the test results (the trained runs are shared)")
     ex.add_argument("--no-report", action="store_true", help="skip report.md and its figures")
     ex.add_argument("--no-progress", action="store_true", help="hide the progress bars")
 
@@ -377,18 +382,21 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 def cmd_experiment(args: argparse.Namespace) -> int:
     from ace_hybrid.experiment import load_experiment, run_experiment
+    from ace_hybrid.experiment.tables import results_name
 
     rows = [r.strip() for r in args.rows.split(",") if r.strip()] if args.rows else None
-    spec = load_experiment(args.config, args.overrides, rows=rows, seeds=args.seeds)
+    spec = load_experiment(args.config, args.overrides, rows=rows, seeds=args.seeds, on=args.on)
     out = args.out or Path("runs") / spec.name
     result = run_experiment(spec, out, progress=not args.no_progress, jobs=args.jobs)
-    if not args.no_report:
+    report = not args.no_report and spec.on == "test"  # report.md describes the test results only
+    if report:
         from ace_hybrid.report import write_report
 
         write_report(out)
     print(result["markdown"])
-    print(f"\n{len(result['ran'])} cell(s) run, {len(result['reused'])} reused; written: {out}/results.json, "
-          f"results.csv, results.md" + ("" if args.no_report else ", report.md"))
+    written = ", ".join(results_name(spec, ext) for ext in ("json", "csv", "md"))
+    print(f"\n{len(result['ran'])} cell(s) run, {len(result['reused'])} reused; written: {out}/{written}"
+          + (", report.md" if report else ""))
     return 0
 
 

@@ -1,10 +1,11 @@
 """``report.md`` for a finished experiment directory: the table, what its intervals allow us to claim, figures, and
 our figures beside the ACE paper's.
 
-Claims. The report states that one row differs from another only where the 95% bootstrap interval of their paired
-difference in survival (:func:`ace_hybrid.experiment.paired_difference`) excludes 0; otherwise it says the two are
-not distinguishable at these sample sizes, with the figures. Only the comparisons the experiment declares
-(:func:`ace_hybrid.experiment.comparisons_to_make`) are made.
+Claims. The primary comparisons the experiment file names come first: one of them states a difference only where
+its Holm-adjusted paired bootstrap p-value is below 0.05 ("separated (Holm)"). Under "Exploratory (not corrected)"
+the others (:func:`ace_hybrid.experiment.comparisons_to_make`) state one only where the 95% bootstrap interval of
+their paired difference in survival (:func:`ace_hybrid.experiment.paired_difference`) excludes 0. Otherwise the
+report says the two rows are not distinguishable at these sample sizes, with the figures.
 
 Figures (PNG, matplotlib's Agg canvas, no display needed), written to ``DIR/figures/``:
 
@@ -33,10 +34,13 @@ from ace_hybrid.experiment import (
     LLM_KINDS,
     SIMULATIONS_NOTE,
     differences_markdown,
+    format_p,
     points,
+    stated,
     to_markdown,
     verdict,
 )
+from ace_hybrid.experiment.tables import b_longer
 
 # From the paper, as the project's issue quotes them.
 PAPER_REFINEMENTS = (287, 682)
@@ -176,16 +180,19 @@ def plot_differences(results: dict[str, Any], fig_dir: Path) -> str:
     fig, ax = _figure(8.0, 1.2 + 0.35 * len(shown))
     for y, c in enumerate(shown):
         d, lo, hi = (100 * c[k] for k in ("difference", "lo", "hi"))
-        ax.errorbar(d, y, xerr=[[d - lo], [hi - d]], fmt="o", capsize=4, color="tab:red" if c["separated"] else "0.4",
-                    markerfacecolor="tab:red" if c["separated"] else "white")
+        color = "tab:red" if stated(c) else "0.4"
+        ax.errorbar(d, y, xerr=[[d - lo], [hi - d]], fmt="o", capsize=4, color=color,
+                    markerfacecolor=color if stated(c) else "white")
     ax.axvline(0.0, color="black", linewidth=0.8)
-    ax.set_yticks(range(len(shown)), [f"{c['a_name']} − {c['b_name']}" for c in shown], fontsize="small")
+    ax.set_yticks(range(len(shown)), [("primary: " if c.get("primary") else "") + f"{c['a_name']} − {c['b_name']}"
+                                      for c in shown], fontsize="small")
     ax.invert_yaxis()
     ax.set(xlabel="difference in survival, percentage points", title="Paired differences (95% bootstrap intervals)")
     ax.grid(axis="x", alpha=0.3)
     fig.savefig(fig_dir / "differences.png", dpi=110)
-    return ("![paired differences](figures/differences.png)\n\nA − B in survival on the same test pairs and seeds; "
-            "filled red: the interval excludes 0 (a difference the report states), hollow grey: it does not.")
+    return ("![paired differences](figures/differences.png)\n\nA − B in survival on the same test pairs and seeds, "
+            "the primary comparisons first; filled red: a difference the report states (a primary one's Holm-adjusted "
+            "p < 0.05, an exploratory one's interval excluding 0), hollow grey: none.")
 
 
 def plot_per_episode(results: dict[str, Any], fig_dir: Path) -> str:
@@ -310,18 +317,25 @@ def _ci(c: dict[str, Any]) -> str:
 
 def claim(c: dict[str, Any]) -> str:
     """The sentence a paired comparison (:func:`ace_hybrid.experiment.paired_difference`) allows, in the tables'
-    wording (:func:`ace_hybrid.experiment.verdict`): which row survives longer only when the interval excludes 0,
-    else that the rows are not distinguishable at these sample sizes."""
-    if c.get("separated") and c["lo"] < 0:  # B survives longer: said with B first, B − A
+    wording (:func:`ace_hybrid.experiment.verdict`): which row survives longer only when
+    :func:`~ace_hybrid.experiment.stated` (a primary comparison's Holm-adjusted p < 0.05, an exploratory one's
+    interval excluding 0), else that the rows are not distinguishable at these sample sizes."""
+    if stated(c) and b_longer(c):  # B survives longer: said with B first, B − A
         c = {**c, "a_name": c["b_name"], "b_name": c["a_name"], "a_value": c["b_value"], "b_value": c["a_value"],
              "difference": -c["difference"], "lo": -c["hi"], "hi": -c["lo"]}
     a, b = f"**{c['a_name']}**", f"**{c['b_name']}**"
     said = verdict(c, a, b)
     if said == "no data":
-        return f"{a} vs {b} ({c['why']}): no data, no test episodes to compare."
+        return f"{a} vs {b} ({c['why']}): no data, no test episodes to compare (its rows did not run)."
     values = f"{_pct(c['a_value'])} vs {_pct(c['b_value'])}"
-    if c["separated"]:
-        return f"{said} than {b} ({c['why']}): {values}, {_ci(c)} over {_over(c)}."
+    holm = f", Holm-adjusted p {format_p(c.get('p_holm'))}" if c.get("primary") else ""
+    if stated(c):
+        longer, _, separated = said.partition(", ")
+        tail = f" ({separated})" if separated else ""
+        return f"{longer} than {b}{tail} ({c['why']}): {values}, {_ci(c)}{holm} over {_over(c)}."
+    if c.get("primary"):
+        return (f"{a} and {b} are not distinguishable at these sample sizes after Holm's correction ({c['why']}): "
+                f"{values}, {_ci(c)}{holm} ({_over(c)}).")
     return (f"{a} and {b} are {said} at these sample sizes ({c['why']}): {values}, {_ci(c)}, an interval that "
             f"includes 0 ({_over(c)}).")
 
@@ -337,18 +351,31 @@ def short_claim(c: dict[str, Any]) -> str:
 
 
 def claims(results: dict[str, Any]) -> str:
-    """The report's statements about the rows: one :func:`claim` per declared comparison."""
+    """The report's statements about the rows: the primary comparisons (Holm), then the exploratory ones, one
+    :func:`claim` each."""
     if not _has_intervals(results):
         return ("This results.json has no paired intervals (it predates them): no difference between rows is stated. "
                 "Rerun the experiment command (finished cells are reused) to compute them.")
     comparisons = results.get("comparisons") or []
     if not comparisons:
         return "No comparisons: the table has no pair of rows it declares comparable (for example no greedy row)."
-    separated = sum(1 for c in comparisons if c.get("separated"))
-    summary = (f"{separated} of {len(comparisons)} declared comparisons separate (the 95% interval of the paired "
-               f"difference in survival excludes 0); only those state a difference.")
-    lines = [summary, ""]
-    lines += [f"- {claim(c)}" for c in comparisons]
+    primary = [c for c in comparisons if c.get("primary")]
+    exploratory = [c for c in comparisons if not c.get("primary")]
+    lines = ["### Primary comparisons (Holm)", ""]
+    if primary:
+        lines += [f"{sum(map(stated, primary))} of {len(primary)} primary comparisons separate (Holm-adjusted p < "
+                  f"0.05, the family-wise error rate held at 5%); only those state a difference.", ""]
+        lines += [f"- {claim(c)}" for c in primary]
+    else:
+        lines.append("None: the experiment file names no primary comparison, so nothing below is corrected for the "
+                     "number of comparisons.")
+    lines += ["", "### Exploratory (not corrected)", ""]
+    if exploratory:
+        lines += [f"{sum(map(stated, exploratory))} of {len(exploratory)} exploratory comparisons separate (the 95% "
+                  f"interval of the paired difference in survival excludes 0); only those state a difference.", ""]
+        lines += [f"- {claim(c)}" for c in exploratory]
+    else:
+        lines.append("None.")
     return "\n".join(lines) + "\n\n" + DIFFERENCES_NOTE
 
 
@@ -373,8 +400,9 @@ def deployment_costs(results: dict[str, Any]) -> str:
     return "\n".join(head + lines) + "\n\n" + note
 
 
-VERDICT_NOTE = ("A verdict above names a row only when the 95% interval of the paired difference excludes 0; "
-                "otherwise it says not distinguishable (see the claims above).")
+VERDICT_NOTE = ("A verdict above names a row only when the claims above state a difference (a primary comparison's "
+                "Holm-adjusted p < 0.05, an exploratory one's 95% interval excluding 0); otherwise it says not "
+                "distinguishable.")
 
 
 def paper_comparison(results: dict[str, Any]) -> str:
@@ -498,7 +526,8 @@ def write_report(out_dir: str | Path) -> Path:
         parts += ["No rows in results.json.", ""]
     parts += ["## What the numbers say", "", claims(results), ""]
     if _has_intervals(results):
-        parts += [differences_markdown(results.get("comparisons") or []), "", plot_differences(results, fig_dir), ""]
+        parts += ["## Paired differences in survival", "", differences_markdown(results.get("comparisons") or []), "",
+                  plot_differences(results, fig_dir), ""]
     parts += ["## Simulations at deployment", "", deployment_costs(results), "",
               "## Survival per held-out episode", "", plot_per_episode(results, fig_dir), "",
               "## Learning curves", "", plot_learning_curves(results, out, fig_dir), "",

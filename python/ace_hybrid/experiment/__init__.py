@@ -8,8 +8,8 @@ One module per concern:
 - :mod:`~ace_hybrid.experiment.schedule`: the cells left to run, ``--jobs`` worker processes and resuming
   (:func:`run_experiment`);
 - :mod:`~ace_hybrid.experiment.metrics`: what is measured, per episode and per training;
-- :mod:`~ace_hybrid.experiment.statistics`: bootstrap intervals over the crossed design and the declared paired
-  differences;
+- :mod:`~ace_hybrid.experiment.statistics`: bootstrap intervals over the crossed design, the declared paired
+  differences and Holm's correction of the primary ones;
 - :mod:`~ace_hybrid.experiment.tables`: results.json, results.csv and results.md, and the one wording of a verdict.
 
 Outputs: ``results.json`` (rows with every per-episode value, the bootstrap's settings, the comparisons, every cell
@@ -24,14 +24,18 @@ from ace_hybrid.experiment.metrics import SIMULATIONS_NOTE, TEST_METRICS, TRAIN_
 from ace_hybrid.experiment.schedule import cell_groups, longest_first, run_experiment
 from ace_hybrid.experiment.spec import (
     BASELINE_KINDS,
+    EACH_TRAINED,
+    EACH_TRAINED_ALONE,
     LLM_KINDS,
     ROW_KINDS,
     TRAINING_KINDS,
     ExperimentSpec,
+    Primary,
     RowSpec,
     load_experiment,
 )
 from ace_hybrid.experiment.statistics import (
+    ALPHA,
     BOOTSTRAP_DRAWS,
     BOOTSTRAP_SEED,
     LEVEL,
@@ -39,20 +43,34 @@ from ace_hybrid.experiment.statistics import (
     aggregate,
     compare_rows,
     comparisons_to_make,
+    holm,
     interval,
+    p_value,
     paired_difference,
     points,
 )
-from ace_hybrid.experiment.tables import DIFFERENCES_NOTE, differences_markdown, to_csv, to_markdown, verdict
+from ace_hybrid.experiment.tables import (
+    DIFFERENCES_NOTE,
+    differences_markdown,
+    format_p,
+    stated,
+    to_csv,
+    to_markdown,
+    verdict,
+)
 
 __all__ = [
+    "ALPHA",
     "BASELINE_KINDS",
     "BOOTSTRAP_DRAWS",
     "BOOTSTRAP_SEED",
     "DIFFERENCES_NOTE",
+    "EACH_TRAINED",
+    "EACH_TRAINED_ALONE",
     "ExperimentSpec",
     "LEVEL",
     "LLM_KINDS",
+    "Primary",
     "ROW_KINDS",
     "Resample",
     "RowSpec",
@@ -68,13 +86,17 @@ __all__ = [
     "comparisons_to_make",
     "differences_markdown",
     "episode_metrics",
+    "format_p",
+    "holm",
     "interval",
     "load_experiment",
     "longest_first",
+    "p_value",
     "paired_difference",
     "points",
     "run_cell",
     "run_experiment",
+    "stated",
     "to_csv",
     "to_markdown",
     "train_cell",

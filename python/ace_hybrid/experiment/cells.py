@@ -4,7 +4,9 @@ A training row has one cell per seed: train into ``<out>/runs/<id>-seed<k>`` (a 
 last checkpoint; rows made by one ``deploy_topk`` share it), then test ``best.pt`` (chosen on ``env.eval_pairs``) on
 ``test_pairs``. A baseline row has one cell: its agents are deterministic on fixed episodes, so further seeds would
 repeat the same numbers. Each cell's record carries a fingerprint of what its result depends on, so a finished cell
-is reused only under the same configuration.
+is reused only under the same configuration. A ``maskable-ppo`` row trains sb3-contrib's MaskablePPO instead
+(:mod:`ace_hybrid.training.ppo`): a finished model in its run directory is reused, a half-done one trained anew
+(PPO keeps no checkpoint to resume from), and its last model is tested.
 """
 
 from __future__ import annotations
@@ -18,7 +20,17 @@ from typing import Any
 
 from ace_hybrid.config import Config
 from ace_hybrid.experiment.metrics import episode_metrics
+from ace_hybrid.experiment.ppo_settings import PPOSettings
 from ace_hybrid.experiment.spec import ExperimentSpec, RowSpec
+
+FINISHED_MODEL = {"maskable-ppo": "maskable_ppo.json"}
+"""A training kind -> the file whose presence in its run directory marks a finished training (default best.pt;
+:data:`ace_hybrid.training.ppo.STATE_FILE` for MaskablePPO: named here so that reading cells needs no torch)."""
+
+
+def finished_model(kind: str) -> str:
+    """The file of a run directory that marks a training of ``kind`` finished (see :data:`FINISHED_MODEL`)."""
+    return FINISHED_MODEL.get(kind, "best.pt")
 
 
 def cell_id(row: RowSpec, seed: int | None) -> str:
@@ -36,18 +48,22 @@ def _settings(cfg: Config) -> dict[str, Any]:
     return settings
 
 
-def training_fingerprint(cfg: Config) -> str:
-    """What a training run depends on (logging settings excluded), hashed."""
-    return hashlib.sha256(json.dumps(_settings(cfg), sort_keys=True).encode()).hexdigest()[:16]
+def training_fingerprint(cfg: Config, ppo: PPOSettings | None = None) -> str:
+    """What a training run depends on (logging settings excluded; MaskablePPO's hyperparameters included), hashed."""
+    what = _settings(cfg) if ppo is None else {**_settings(cfg), "ppo": ppo.to_dict()}
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def fingerprint(spec: ExperimentSpec, row: RowSpec, cfg: Config) -> str:
     """What a cell's result depends on (logging settings excluded), hashed."""
-    what = {"kind": row.kind, "config": _settings(cfg), "test_pairs": spec.test_pairs,
+    # "test_pairs" names the pairs played, the validation pairs under --on validation (key kept: old cells match).
+    what = {"kind": row.kind, "config": _settings(cfg), "test_pairs": spec.pairs,
             "test_max_steps": spec.test_max_steps,
             "greedy_budget": spec.greedy_budget if row.kind == "greedy" else None}
     if row.topk is not None:
         what["deploy_topk"] = row.topk
+    if row.ppo is not None:
+        what["ppo"] = row.ppo.to_dict()
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -76,18 +92,27 @@ def baseline_agent(kind: str, env: Any, cfg: Config, greedy_budget: int) -> Any:
     return make_agent(kind, env, budget=greedy_budget, cfg=cfg)  # the kinds of baselines are make_agent's names
 
 
-def train_cell(cfg: Config, run_dir: Path) -> tuple[dict[str, Any], bool]:
-    """Train (or resume) one run; returns its summary and whether it was resumed."""
+def _check_same_run(run_dir: Path, saved: dict[str, Any], cfg: Config, extra: dict[str, Any] | None = None) -> None:
+    """ValueError when the run in ``run_dir`` (its saved configuration) was made otherwise than ``cfg`` (logging
+    settings aside) and ``extra`` (settings beside the configuration, e.g. MaskablePPO's)."""
+    now = {**json.loads(json.dumps(cfg.to_dict())), **(extra or {})}
+    saved = dict(saved)
+    for settings in (saved, now):
+        settings.pop("log", None)
+    if saved != now:
+        raise ValueError(f"{run_dir} holds a run with another configuration ({_first_difference(saved, now)}); "
+                         f"delete it or use another --out")
+
+
+def train_cell(cfg: Config, run_dir: Path, ppo: PPOSettings | None = None) -> tuple[dict[str, Any], bool]:
+    """Train (or resume) one run; returns its summary and whether it was resumed (a finished MaskablePPO run:
+    reused). ``ppo`` given: a MaskablePPO run with these hyperparameters, else the project's training loop."""
+    if ppo is not None:
+        return _train_maskable_ppo(cfg, run_dir, ppo)
     from ace_hybrid.training.loop import train  # torch: imported when a table trains
 
     if (run_dir / "checkpoint.pt").is_file():
-        saved = json.loads((run_dir / "config.json").read_text())
-        now = json.loads(json.dumps(cfg.to_dict()))
-        for settings in (saved, now):
-            settings.pop("log", None)
-        if saved != now:
-            raise ValueError(f"{run_dir} holds a run with another configuration ({_first_difference(saved, now)}); "
-                             f"delete it or use another --out")
+        _check_same_run(run_dir, json.loads((run_dir / "config.json").read_text()), cfg)
         return train(None, run_dir, resume=True), True
     if run_dir.exists():
         # Stopped before its first checkpoint: nothing to resume, and its metrics lines would be stale.
@@ -95,12 +120,25 @@ def train_cell(cfg: Config, run_dir: Path) -> tuple[dict[str, Any], bool]:
     return train(cfg, run_dir), False
 
 
-def _training(cfg: Config, run_dir: Path, known: dict[str, Any] | None) -> dict[str, Any]:
+def _train_maskable_ppo(cfg: Config, run_dir: Path, ppo: PPOSettings) -> tuple[dict[str, Any], bool]:
+    """A finished MaskablePPO run of this configuration is reused; anything else in ``run_dir`` is trained anew."""
+    from ace_hybrid.training.ppo import read_state, train_maskable_ppo  # torch and sb3-contrib: the rl extra
+
+    if (run_dir / finished_model("maskable-ppo")).is_file():
+        state = read_state(run_dir)
+        _check_same_run(run_dir, {**state["config"], "ppo": state["settings"]}, cfg, {"ppo": ppo.to_dict()})
+        return state["summary"], True
+    if run_dir.exists():
+        shutil.rmtree(run_dir)  # stopped before its model was saved: PPO keeps nothing to resume from
+    return train_maskable_ppo(cfg, run_dir, ppo.to_dict()), False
+
+
+def _training(cfg: Config, row: RowSpec, run_dir: Path, known: dict[str, Any] | None) -> dict[str, Any]:
     """The training summary a cell records: that of ``known`` (a cell that already trained the run), else of
     :func:`train_cell`."""
     if known is not None:
         return known["train"]
-    summary, resumed = train_cell(cfg, run_dir)
+    summary, resumed = train_cell(cfg, run_dir, row.ppo)
     info = {k: summary.get(k) for k in ("env_steps", "decisions", "updates", "episodes", "best_survival",
                                         "train_seconds", "time_split", "last_eval")}
     info["llm"] = dict(summary.get("llm") or {})
@@ -125,11 +163,14 @@ def run_cell(spec: ExperimentSpec, row: RowSpec, seed: int | None, cfg: Config, 
     run_rel = None
     if row.trains:
         run_rel = run_dir_of(row, seed)
-        train_info = _training(cfg, out / run_rel, (trained or {}).get((run_rel, training_fingerprint(cfg))))
-        agent = make_agent(f"checkpoint:{out / run_rel / 'best.pt'}", test_env, topk=row.topk, cfg=cfg)
+        known = (trained or {}).get((run_rel, training_fingerprint(cfg, row.ppo)))
+        train_info = _training(cfg, row, out / run_rel, known)
+        policy = (f"maskable-ppo:{out / run_rel}" if row.kind == "maskable-ppo"
+                  else f"checkpoint:{out / run_rel / 'best.pt'}")
+        agent = make_agent(policy, test_env, topk=row.topk, cfg=cfg)
     else:
         agent = baseline_agent(row.kind, test_env, cfg, spec.greedy_budget)
-    report = evaluate(test_env, agent, spec.test_pairs, agent_name=row.name, max_steps=spec.test_max_steps or None,
+    report = evaluate(test_env, agent, spec.pairs, agent_name=row.name, max_steps=spec.test_max_steps or None,
                       progress=cfg.log.progress)
     test = report.to_dict()
     if not row.trains and hasattr(agent, "llm_calls"):
@@ -151,7 +192,7 @@ def run_cell(spec: ExperimentSpec, row: RowSpec, seed: int | None, cfg: Config, 
         "cell": cell_id(row, seed), "row": row.id, "name": row.name, "kind": row.kind, "seed": seed,
         "train_id": row.train_id, "deploy_topk": row.topk,
         "fingerprint": fingerprint(spec, row, cfg),
-        "train_fingerprint": training_fingerprint(cfg) if row.trains else None,
+        "train_fingerprint": training_fingerprint(cfg, row.ppo) if row.trains else None,
         "env": cfg.env.name, "llm_backend": cfg.llm.backend,
         "dataset": test_env.ace_dataset.describe() if hasattr(test_env, "ace_dataset") else None,
         "run_dir": run_rel, "started": started, "finished": time.time(), "metrics": metrics,

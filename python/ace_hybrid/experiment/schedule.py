@@ -1,8 +1,9 @@
 """Running an experiment: which cells are left, in what order and how many at once, and resuming where it stopped.
 
-Each cell's result is written to ``<out>/cells/<id>[-seed<k>].json`` with a fingerprint of its configuration; a
-cell whose file exists is never rerun, and one whose fingerprint no longer matches is an error (not silently
-reused). The cells made from one training (one ``deploy_topk``, one seed) run together and in order, so the first
+Each cell's result is written to ``<out>/cells/<id>[-seed<k>].json`` (``cells-validation/`` when the rows are
+tested on the validation pairs) with a fingerprint of its configuration; a cell whose file exists is never rerun, and
+one whose fingerprint no longer matches is an error (not silently reused). The trained runs in ``<out>/runs/`` are
+shared by the test and the validation cells. The cells made from one training (one ``deploy_topk``, one seed) run together and in order, so the first
 trains (or resumes) the run and the others reuse it; ``--jobs N`` runs N such groups at once in worker processes.
 """
 
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from ace_hybrid.config import Config
-from ace_hybrid.experiment.cells import cell_id, fingerprint, run_cell, run_dir_of
+from ace_hybrid.experiment.cells import cell_id, finished_model, fingerprint, run_cell, run_dir_of
 from ace_hybrid.experiment.spec import LLM_KINDS, ExperimentSpec, RowSpec
 from ace_hybrid.experiment.statistics import BOOTSTRAP_DRAWS, BOOTSTRAP_SEED, aggregate, compare_rows
 from ace_hybrid.experiment.tables import setup_text, to_markdown, write_results
@@ -44,7 +45,7 @@ def run_experiment(spec: ExperimentSpec, out: str | Path, *, progress: bool = Tr
         ``test`` (the per-episode test report) and the cell's configuration.
     """
     out = Path(out)
-    (out / "cells").mkdir(parents=True, exist_ok=True)
+    (out / cells_dir(spec)).mkdir(parents=True, exist_ok=True)
     plan = [(row, seed, spec.row_config(row, seed)) for row, seed in spec.cells()]
     if not progress:
         for _, _, cfg in plan:
@@ -61,7 +62,8 @@ def run_experiment(spec: ExperimentSpec, out: str | Path, *, progress: bool = Tr
     ran_now = set(ran)
     reused = [c["cell"] for c in cells if c["cell"] not in ran_now]
     rows = aggregate(spec, cells, draws=draws, seed=bootstrap_seed)
-    comparisons = compare_rows(rows, spec.seeds, len(spec.test_pairs), draws=draws, seed=bootstrap_seed)
+    comparisons = compare_rows(rows, spec.seeds, len(spec.pairs), primaries=spec.primaries, draws=draws,
+                               seed=bootstrap_seed)
     markdown = to_markdown(rows)
     command = spec.command(out)
     write_results(spec, out, {"rows": rows, "comparisons": comparisons, "cells": cells, "markdown": markdown,
@@ -71,11 +73,16 @@ def run_experiment(spec: ExperimentSpec, out: str | Path, *, progress: bool = Tr
             "markdown": markdown, "command": command, "out": str(out)}
 
 
+def cells_dir(spec: ExperimentSpec) -> str:
+    """The folder of the cells' files in the experiment's output: "cells", or "cells-validation" (``--on``)."""
+    return f"cells{spec.suffix}"
+
+
 def _finished_cells(spec: ExperimentSpec, plan: Sequence[Cell], out: Path) -> dict[str, dict[str, Any]]:
-    """Cell id -> record of the plan's cells already in ``out/cells``; ValueError for one made otherwise."""
+    """Cell id -> record of the plan's cells already in the cells folder; ValueError for one made otherwise."""
     done: dict[str, dict[str, Any]] = {}
     for row, seed, cfg in plan:
-        path = out / "cells" / f"{cell_id(row, seed)}.json"
+        path = out / cells_dir(spec) / f"{cell_id(row, seed)}.json"
         if path.is_file():
             cell = json.loads(path.read_text())
             if cell.get("fingerprint") != fingerprint(spec, row, cfg):
@@ -136,7 +143,7 @@ def run_cell_group(spec: ExperimentSpec, group: Sequence[Cell], out: Path,
             if key not in envs:
                 envs[key] = _test_env(spec, cfg)
             cell = run_cell(spec, row, seed, cfg, out, envs[key], trained)
-            atomic_write_json(out / "cells" / f"{cell['cell']}.json", cell)
+            atomic_write_json(out / cells_dir(spec) / f"{cell['cell']}.json", cell)
             if cell["run_dir"]:
                 trained.setdefault((cell["run_dir"], cell["train_fingerprint"]), cell)
             yield cell
@@ -191,31 +198,32 @@ def _run_in_workers(spec: ExperimentSpec, todo: Sequence[Cell], out: Path,
 
 def _finished_trainings(out: Path) -> dict[tuple[str, str], dict[str, Any]]:
     """(run directory, training fingerprint) -> a finished cell that trained it, from every cell file in
-    ``out/cells`` (rows not selected now included), so a row of the same ``deploy_topk`` reuses that training
-    instead of resuming it."""
+    ``out/cells`` and ``out/cells-validation`` (rows not selected now included), so a row of the same ``deploy_topk``,
+    or the same row on the other pairs, reuses that training instead of resuming it."""
     trained: dict[tuple[str, str], dict[str, Any]] = {}
-    for path in sorted((out / "cells").glob("*.json")):
+    for path in sorted((out / "cells").glob("*.json")) + sorted((out / "cells-validation").glob("*.json")):
         try:
             cell = json.loads(path.read_text())
         except json.JSONDecodeError:
             continue
         run_dir = cell.get("run_dir")
-        if run_dir and cell.get("train_fingerprint") and cell.get("train") and (out / run_dir / "best.pt").is_file():
+        if (run_dir and cell.get("train_fingerprint") and cell.get("train")
+                and (out / run_dir / finished_model(cell.get("kind", ""))).is_file()):
             trained.setdefault((run_dir, cell["train_fingerprint"]), cell)
     return trained
 
 
 def _test_env(spec: ExperimentSpec, cfg: Config) -> Any:
-    """The environment the test episodes are played on; checks the test scenarios exist."""
+    """The environment the test (or validation) episodes are played on; checks their scenarios exist."""
     from ace_hybrid.grid.env import make_env, n_scenarios
 
     env = make_env(cfg.env.name, seed=cfg.env.env_seed)
     count = n_scenarios(env)
-    for scenario, seed in spec.test_pairs:
+    for scenario, seed in spec.pairs:
         if not 0 <= scenario < count:
             env.close()
-            raise IndexError(f"test pair [{scenario}, {seed}]: scenario {scenario} out of range [0, {count}) for "
-                             f"{cfg.env.name}")
+            raise IndexError(f"{spec.on} pair [{scenario}, {seed}]: scenario {scenario} out of range [0, {count}) "
+                             f"for {cfg.env.name}")
     return env
 
 

@@ -8,22 +8,32 @@ An experiment file (TOML) names the environment configuration, the held-out test
     ace_set = ["llm.backend=smollm2"]                     # overrides of the LLM rows (ace, lac)
     seeds = [0, 1, 2]                                     # train.seed (and llm.seed) of the training rows
     test_pairs = [[0, 100], [1, 101]]                     # held-out (scenario, seed): never env.eval_pairs
+    validation_pairs = [[0, 200], [1, 201]]               # where configurations are chosen (--on validation)
     test_max_steps = 0                                    # cut test episodes (0: full length)
     greedy_budget = 30                                    # simulations per decision of the greedy expert
+    primary = [["ACE (policy alone)", "SAC-only (policy alone)"],   # A - B, named before the run: Holm-corrected
+               ["each trained row (policy alone)", "DoNothing"]]
 
     [[rows]]
     name = "ACE w/o actor"   # display name
     kind = "ace"             # do-nothing | reco | greedy | tutor | lac | random-candidate
-                             # | sac-only | expert-guided | ace
+                             # | sac-only | expert-guided | ace | maskable-ppo
     id = "ace-no-actor"      # file name of its cells (default: the name, lowercased, '-' for other characters)
     set = ["ace.actor=false"]
     deploy_topk = [0, 8]     # training rows only: one table row per value, all from the same training
+    ppo = { n_steps = 128 }  # maskable-ppo rows only: MaskablePPO's hyperparameters (experiment.ppo_settings)
 
 A row's configuration is: the config file, then ``set``, then ``ace_set`` (LLM rows), then the command line's
-``--set``, then the row's ``set``, then what its kind fixes (``llm.backend=none`` for sac-only and expert-guided),
-then ``train.seed = llm.seed = seed``. Every row's configuration is built and validated before anything runs, so a
-bad key fails at once with its name, and a kind that does not match its configuration (an expert-guided row without
-``train.tutor_steps``, a sac-only row with them, an ace row without an LLM) fails naming the row.
+``--set``, then the row's ``set``, then what its kind fixes (``llm.backend=none`` for sac-only, expert-guided and
+maskable-ppo), then ``train.seed = llm.seed = seed``. Every row's configuration is built and validated before
+anything runs, so a bad key fails at once with its name, and a kind that does not match its configuration (an
+expert-guided row without ``train.tutor_steps``, a sac-only or maskable-ppo row with them, an ace row without an
+LLM) fails naming the row.
+
+A ``maskable-ppo`` row (sb3-contrib's MaskablePPO, the ``rl`` extra) takes from its configuration what every
+training row shares: environment, ``env.action_set``, ``[reward]``, threshold, training episodes and seeds, and
+``train.total_env_steps`` in grid steps (:mod:`ace_hybrid.training.ppo`); its ``ppo`` table gives PPO's own
+hyperparameters (:class:`~ace_hybrid.experiment.ppo_settings.PPOSettings`). It tests its last model (no best.pt).
 
 Kinds are spelled as the command line's agents are (lowercase, hyphenated); a spelling of the unreleased 0.1.0
 (``donothing``, ``llm_lac``, ``sac_only``) is an error that names the new one.
@@ -36,6 +46,21 @@ difference between them is the check's share. ``best.pt`` itself is chosen on ``
 ``env.deploy_topk`` (8 by default), also for the row that tests the policy alone. Without ``deploy_topk`` a row is
 tested with its run's own ``env.deploy_topk``. ``--rows ID`` keeps every row made from ``ID``; ``--rows ID-top8``
 just that one.
+
+``validation_pairs``. Configurations (budget, action set, updates per decision, r_bar, ...) are chosen on these,
+never on the test pairs: ``ace-hybrid experiment --on validation`` (``on="validation"``) tests every row on them
+instead and writes ``results-validation.{json,csv,md}`` from ``cells-validation/``, apart from the test results; the
+trained runs in ``runs/`` are shared by the two. Test pairs, validation pairs and every row's ``env.eval_pairs``
+(which choose best.pt) must be pairwise disjoint, and neither test nor validation pairs may be training episodes
+(``env.train_seed_start + k``); an overlap is a ValueError naming the pairs.
+
+``primary``. The comparisons the experiment is run to decide, named before it runs: a list of ``[A, B]`` (A − B in
+survival), each a table row's display name or id (a row with ``deploy_topk`` is named by one of its table rows:
+"ACE (policy alone)" / ``ace-alone``, "ACE + top-7 check" / ``ace-top7``). :data:`EACH_TRAINED` names every
+training table row at once, :data:`EACH_TRAINED_ALONE` every one tested by its policy alone (``deploy_topk`` 0):
+``["each trained row (policy alone)", "DoNothing"]`` compares each with doing nothing. They are one family, Holm
+corrected (:func:`~ace_hybrid.experiment.statistics.holm`); every other comparison is exploratory. A name that is no
+row's is a ValueError listing the valid ones. Rows left out by ``--rows`` still count in the family, with no data.
 """
 
 from __future__ import annotations
@@ -44,9 +69,10 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 from ace_hybrid.config import Config, load_config, read_toml
+from ace_hybrid.experiment.ppo_settings import PPOSettings
 
 BASELINE_KINDS: tuple[str, ...] = ("do-nothing", "reco", "greedy", "tutor", "lac", "random-candidate")
 """Rows that only test a fixed agent (:func:`ace_hybrid.agents.make_agent`'s names, and "tutor"). "greedy" is the
@@ -54,19 +80,29 @@ greedy expert over the whole catalog with the file's ``greedy_budget`` simulatio
 expert-guided RL's tutor acting alone: the greedy expert over the row's action set (``env.action_set``) with
 ``train.tutor_budget`` simulations per decision; "lac" is the LLM-only LAC agent and "random-candidate" its control,
 a random one of the same candidates."""
-TRAINING_KINDS: tuple[str, ...] = ("sac-only", "expert-guided", "ace")
+TRAINING_KINDS: tuple[str, ...] = ("sac-only", "expert-guided", "ace", "maskable-ppo")
 """Rows that train and then test best.pt: SAC alone; expert-guided RL (SAC after the greedy tutor's warm start,
 ``train.tutor_steps`` > 0, whose decisions fill the validated partition the imitation term learns from); ACE with
-its LLM roles."""
+its LLM roles; sb3-contrib's MaskablePPO at the same budget (its last model: no checkpoint selection)."""
+NO_LLM_KINDS: tuple[str, ...] = ("sac-only", "expert-guided", "maskable-ppo")
+"""Training rows without an LLM: ``llm.backend=none`` is fixed for them."""
 ROW_KINDS: tuple[str, ...] = BASELINE_KINDS + TRAINING_KINDS
 LLM_KINDS: tuple[str, ...] = ("lac", "ace")
 """Rows that take the experiment's ``ace_set``."""
 RENAMED_KINDS = {"donothing": "do-nothing", "llm_lac": "lac", "sac_only": "sac-only"}
 """Kinds of the unreleased 0.1.0 -> the one spelling now, named by the error an old one gets."""
 
-_TOP_KEYS = {"name", "description", "config", "set", "ace_set", "seeds", "test_pairs", "test_max_steps",
-             "greedy_budget", "rows"}
-_ROW_KEYS = {"name", "id", "kind", "set", "deploy_topk"}
+EACH_TRAINED = "each trained row"
+"""In ``primary``: every training table row (each deployment of each training)."""
+EACH_TRAINED_ALONE = "each trained row (policy alone)"
+"""In ``primary``: every training table row that tests the policy alone (``deploy_topk`` value 0)."""
+
+_TOP_KEYS = {"name", "description", "config", "set", "ace_set", "seeds", "test_pairs", "validation_pairs",
+             "test_max_steps", "greedy_budget", "rows", "primary"}
+ON = ("test", "validation")
+"""The pairs an experiment can test its rows on (``--on``): the held-out test pairs, or the validation pairs on which
+configurations are chosen."""
+_ROW_KEYS = {"name", "id", "kind", "set", "deploy_topk", "ppo"}
 _ID = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 
 
@@ -88,6 +124,8 @@ class RowSpec:
     """Id of the training this row tests (its run directories); rows made by one ``deploy_topk`` share it."""
     train_name: str = ""
     """Display name of that training (the name in the experiment file)."""
+    ppo: PPOSettings | None = None
+    """MaskablePPO's hyperparameters (``maskable-ppo`` rows only)."""
 
     def __post_init__(self) -> None:
         self.train_id = self.train_id or self.id
@@ -96,6 +134,15 @@ class RowSpec:
     @property
     def trains(self) -> bool:
         return self.kind in TRAINING_KINDS
+
+
+class Primary(NamedTuple):
+    """One primary comparison, A − B: the table rows' ids and display names."""
+
+    a: str
+    b: str
+    a_name: str
+    b_name: str
 
 
 @dataclass
@@ -118,6 +165,22 @@ class ExperimentSpec:
     """The ``rows`` argument of :func:`load_experiment` (None: every row)."""
     seeds_replaced: bool = False
     """Whether the ``seeds`` argument of :func:`load_experiment` replaced the file's."""
+    primaries: list[Primary] = field(default_factory=list)
+    """The file's ``primary`` comparisons, expanded, over all its rows (those ``rows`` left out included)."""
+    validation_pairs: list[tuple[int, int]] = field(default_factory=list)
+    """Where configurations are chosen (the file's ``validation_pairs``; may be empty)."""
+    on: str = "test"
+    """Which pairs the rows are tested on now: "test" or "validation" (:data:`ON`)."""
+
+    @property
+    def pairs(self) -> list[tuple[int, int]]:
+        """The (scenario, seed) pairs the rows are tested on now: the test or the validation pairs."""
+        return self.validation_pairs if self.on == "validation" else self.test_pairs
+
+    @property
+    def suffix(self) -> str:
+        """Appended to the names of the cells folder and the results files: "" on the test pairs, "-validation"."""
+        return "" if self.on == "test" else f"-{self.on}"
 
     def cells(self) -> list[tuple[RowSpec, int | None]]:
         """(row, seed) for every cell, in table order; baselines have one cell with seed None."""
@@ -129,7 +192,7 @@ class ExperimentSpec:
         if row.kind in LLM_KINDS:
             overrides += self.ace_overrides
         overrides += self.cli_overrides + row.overrides
-        if row.kind in ("sac-only", "expert-guided"):
+        if row.kind in NO_LLM_KINDS:
             overrides.append("llm.backend=none")
         if seed is not None:
             overrides += [f"train.seed={seed}", f"llm.seed={seed}"]
@@ -149,6 +212,8 @@ class ExperimentSpec:
             words += ["--rows", ",".join(self.row_filter)]
         if self.seeds_replaced:
             words += ["--seeds", ",".join(map(str, self.seeds))]
+        if self.on != "test":
+            words += ["--on", self.on]
         return shlex.join(words)
 
 
@@ -163,6 +228,9 @@ def _check_kind(row: RowSpec, cfg: Config) -> None:
     if row.kind == "sac-only" and cfg.train.tutor_steps > 0:
         raise ValueError(f"row {row.name!r} (kind sac-only) has train.tutor_steps = {cfg.train.tutor_steps}: "
                          f"with the tutor's warm start it is expert-guided RL: use kind expert-guided")
+    if row.kind == "maskable-ppo" and cfg.train.tutor_steps > 0:
+        raise ValueError(f"row {row.name!r} (kind maskable-ppo) has train.tutor_steps = {cfg.train.tutor_steps}: "
+                         f"MaskablePPO has no tutor's warm start; set train.tutor_steps=0 in the row's set")
 
 
 def _slug(name: str) -> str:
@@ -181,10 +249,11 @@ def _int(value: Any, where: str, low: int) -> int:
     return value
 
 
-def deployed_rows(row_id: str, name: str, kind: str, overrides: list[str], topks: Any, where: str) -> list[RowSpec]:
+def deployed_rows(row_id: str, name: str, kind: str, overrides: list[str], topks: Any, where: str,
+                  ppo: PPOSettings | None = None) -> list[RowSpec]:
     """The table rows of one training row: one per ``deploy_topk`` value, or the row itself without one."""
     if topks is None:
-        return [RowSpec(row_id, name, kind, overrides)]
+        return [RowSpec(row_id, name, kind, overrides, ppo=ppo)]
     if kind not in TRAINING_KINDS:
         raise ValueError(f"{where}.deploy_topk (row {name!r}): kind {kind!r} trains no policy; deploy_topk belongs to "
                          f"the training rows ({', '.join(TRAINING_KINDS)})")
@@ -194,14 +263,14 @@ def deployed_rows(row_id: str, name: str, kind: str, overrides: list[str], topks
         raise ValueError(f"{where}.deploy_topk = {topks!r} (row {name!r}) must be a non-empty list of distinct "
                          f"integers >= 0, e.g. [0, 8] (0: the policy alone)")
     alone = f"{name[:-1]}, policy alone)" if name.endswith(")") else f"{name} (policy alone)"
-    return [RowSpec(f"{row_id}-alone", alone, kind, overrides, topk=0, train_id=row_id, train_name=name) if k == 0
-            else RowSpec(f"{row_id}-top{k}", f"{name} + top-{k} check", kind, overrides, topk=k, train_id=row_id,
-                         train_name=name)
+    return [RowSpec(f"{row_id}-alone", alone, kind, overrides, topk=0, train_id=row_id, train_name=name, ppo=ppo)
+            if k == 0 else RowSpec(f"{row_id}-top{k}", f"{name} + top-{k} check", kind, overrides, topk=k,
+                                   train_id=row_id, train_name=name, ppo=ppo)
             for k in topks]
 
 
 def load_experiment(path: str | Path, overrides: Sequence[str] = (), *, rows: Sequence[str] | None = None,
-                    seeds: Sequence[int] | None = None) -> ExperimentSpec:
+                    seeds: Sequence[int] | None = None, on: str = "test") -> ExperimentSpec:
     """Read and check an experiment file; build and validate every cell's configuration.
 
     Parameters
@@ -215,23 +284,36 @@ def load_experiment(path: str | Path, overrides: Sequence[str] = (), *, rows: Se
         row it makes; ``ID-alone`` or ``ID-top8`` keeps one.
     seeds
         Seeds replacing the file's ``seeds``.
+    on
+        "test" (the held-out ``test_pairs``) or "validation" (the file's ``validation_pairs``, where configurations
+        are chosen): the pairs the rows are tested on.
 
     Raises
     ------
     FileNotFoundError
         For a missing experiment or configuration file.
     ValueError
-        Naming the bad key, row, kind, seed or pair; or when a test pair is repeated, is also a checkpoint-selection
-        pair (``env.eval_pairs``) or is possibly a training episode.
+        Naming the bad key, row, kind, seed or pair; or when a test or validation pair is repeated, is in more than one
+        of test pairs, validation pairs and checkpoint-selection pairs (``env.eval_pairs``), or is possibly a
+        training episode; or for ``on="validation"`` without validation pairs.
     """
+    if on not in ON:
+        raise ValueError(f"on = {on!r} is not one of {', '.join(ON)}")
     path = Path(path)
     data = read_toml(path, "experiment file")
     unknown = set(data) - _TOP_KEYS
     if unknown:
         raise ValueError(f"{path}: unknown key(s) {', '.join(sorted(map(repr, unknown)))}; valid keys: "
                          f"{', '.join(sorted(_TOP_KEYS))}")
-    config, seed_list, test_pairs = _config_path(data, path), _seeds(data, seeds), _test_pairs(data)
-    row_specs = _table_rows(data, path, rows)
+    config, seed_list = _config_path(data, path), _seeds(data, seeds)
+    test_pairs = _pairs(data, "test_pairs", "held-out episodes")
+    validation_pairs = _pairs(data, "validation_pairs", "where configurations are chosen") if (
+        "validation_pairs" in data) else []
+    if on == "validation" and not validation_pairs:
+        raise ValueError(f"--on validation: {path.name} has no validation_pairs; add a list of [scenario, seed] "
+                         f"disjoint from test_pairs, env.eval_pairs and the training seeds")
+    every_row = _table_rows(data, path)
+    row_specs = _selected_rows(every_row, path, rows)
     spec = ExperimentSpec(
         name=str(data.get("name", path.stem)), path=path, config=config,
         overrides=_str_list(data.get("set", []), "set"), ace_overrides=_str_list(data.get("ace_set", []), "ace_set"),
@@ -239,7 +321,9 @@ def load_experiment(path: str | Path, overrides: Sequence[str] = (), *, rows: Se
         test_max_steps=_int(data.get("test_max_steps", 0), "test_max_steps", 0),
         greedy_budget=_int(data.get("greedy_budget", 30), "greedy_budget", 2), rows=row_specs,
         description=str(data.get("description", "")), row_filter=list(rows) if rows is not None else None,
-        seeds_replaced=seeds is not None)
+        seeds_replaced=seeds is not None, primaries=_primaries(data.get("primary", []), every_row),
+        validation_pairs=validation_pairs, on=on)
+    _check_disjoint("test pair", test_pairs, "validation_pairs", validation_pairs, "configurations are chosen on them")
     for row, seed in spec.cells():
         _check_held_out(spec, row, spec.row_config(row, seed))
     return spec
@@ -269,21 +353,37 @@ def _seeds(data: dict[str, Any], seeds: Sequence[int] | None) -> list[int]:
     return seed_list
 
 
-def _test_pairs(data: dict[str, Any]) -> list[tuple[int, int]]:
-    pairs = data.get("test_pairs")
+def _pairs(data: dict[str, Any], key: str, what: str) -> list[tuple[int, int]]:
+    """The file's ``key`` (test or validation pairs): a non-empty list of distinct [scenario, seed]."""
+    pairs = data.get(key)
     if (not isinstance(pairs, list) or not pairs
             or not all(isinstance(p, list) and len(p) == 2 for p in pairs)):
-        raise ValueError(f"test_pairs = {pairs!r} must be a non-empty list of [scenario, seed] (held-out episodes)")
-    test_pairs = [(_int(s, "test_pairs[][0]", 0), _int(k, "test_pairs[][1]", 0)) for s, k in pairs]
-    repeated = sorted({p for p in test_pairs if test_pairs.count(p) > 1})
+        raise ValueError(f"{key} = {pairs!r} must be a non-empty list of [scenario, seed] ({what})")
+    out = [(_int(s, f"{key}[][0]", 0), _int(k, f"{key}[][1]", 0)) for s, k in pairs]
+    repeated = sorted({p for p in out if out.count(p) > 1})
     if repeated:
-        raise ValueError(f"test pair(s) {', '.join(f'[{s}, {k}]' for s, k in repeated)} appear more than once: each "
-                         f"held-out episode counts once in the intervals")
-    return test_pairs
+        noun = "test pair(s)" if key == "test_pairs" else f"{key}"
+        raise ValueError(f"{noun} {_pair_list(repeated)} appear more than once: each episode counts once in the "
+                         f"intervals")
+    return out
 
 
-def _table_rows(data: dict[str, Any], path: Path, rows: Sequence[str] | None) -> list[RowSpec]:
-    """The table rows of the file's ``[[rows]]`` (``deploy_topk`` expanded), those named by ``rows`` only."""
+def _pair_list(pairs: Sequence[tuple[int, int]]) -> str:
+    return ", ".join(f"[{s}, {k}]" for s, k in pairs)
+
+
+def _check_disjoint(noun: str, pairs: Sequence[tuple[int, int]], other_name: str,
+                    other: Sequence[tuple[int, int]], why: str) -> None:
+    """ValueError naming every pair of ``pairs`` that is also in ``other``."""
+    shared = [p for p in pairs if p in set(other)]
+    if shared:
+        verb = "is" if len(shared) == 1 else "are"
+        raise ValueError(f"{noun}{'s' if len(shared) > 1 else ''} {_pair_list(shared)} {verb} also in {other_name} "
+                         f"({why}): the sets must be disjoint")
+
+
+def _table_rows(data: dict[str, Any], path: Path) -> list[RowSpec]:
+    """The table rows of the file's ``[[rows]]``, ``deploy_topk`` expanded."""
     raw_rows = data.get("rows")
     if not isinstance(raw_rows, list) or not raw_rows:
         raise ValueError(f"{path}: no [[rows]]: give at least one row (kinds: {', '.join(ROW_KINDS)})")
@@ -293,18 +393,56 @@ def _table_rows(data: dict[str, Any], path: Path, rows: Sequence[str] | None) ->
         made = _file_row(raw, f"rows[{i}]")
         train_ids.append(made[0].train_id)
         row_specs += made
-    ids = [r.id for r in row_specs]
     every = train_ids + [r.id for r in row_specs if r.id != r.train_id]
     dupes = sorted({i for i in every if every.count(i) > 1})
     if dupes:
         raise ValueError(f"row id(s) {', '.join(dupes)} appear more than once: give each row a distinct id")
+    return row_specs
+
+
+def _selected_rows(row_specs: list[RowSpec], path: Path, rows: Sequence[str] | None) -> list[RowSpec]:
+    """The rows named by ``rows`` (a training's id keeps every row made from it), in the file's order."""
     if rows is None:
         return row_specs
+    ids, train_ids = [r.id for r in row_specs], [r.train_id for r in row_specs]
     missing = [r for r in rows if r not in ids and r not in train_ids]
     if missing:
         known = list(dict.fromkeys([*train_ids, *ids]))
         raise ValueError(f"unknown row(s) {', '.join(map(repr, missing))}; rows of {path.name}: {', '.join(known)}")
     return [r for r in row_specs if r.id in set(rows) or r.train_id in set(rows)]
+
+
+def _primaries(raw: Any, rows: list[RowSpec]) -> list[Primary]:
+    """The file's ``primary`` list as (A, B) table rows, shorthands expanded, repeats dropped (see the module
+    docstring); ValueError naming an unknown row and listing the valid names."""
+    if not isinstance(raw, list) or not all(isinstance(p, list) and len(p) == 2 and all(isinstance(n, str) for n in p)
+                                            for p in raw):
+        raise ValueError(f"primary = {raw!r} must be a list of [A, B] row names, e.g. "
+                         f"[[\"ACE (policy alone)\", \"SAC-only (policy alone)\"]]")
+    by_key = {key: row for row in rows for key in (row.name, row.id)}
+    groups = {EACH_TRAINED: [r for r in rows if r.trains], EACH_TRAINED_ALONE: [r for r in rows if r.topk == 0]}
+
+    def resolve(name: str, where: str) -> list[RowSpec]:
+        if name in groups:
+            if not groups[name]:
+                raise ValueError(f"{where} = {name!r} names no row: the file has no such training rows")
+            return groups[name]
+        if name not in by_key:
+            valid = ", ".join([*(repr(r.name) for r in rows), repr(EACH_TRAINED), repr(EACH_TRAINED_ALONE)])
+            raise ValueError(f"{where}: unknown row {name!r}; valid names (or a row's id): {valid}")
+        return [by_key[name]]
+
+    out: dict[tuple[str, str], Primary] = {}
+    for i, (a_name, b_name) in enumerate(raw):
+        if a_name in groups and b_name in groups:
+            raise ValueError(f"primary[{i}] = [{a_name!r}, {b_name!r}]: at most one side may name several rows")
+        pairs = [(a, b) for a in resolve(a_name, f"primary[{i}][0]") for b in resolve(b_name, f"primary[{i}][1]")
+                 if a.id != b.id]
+        if not pairs:
+            raise ValueError(f"primary[{i}] = [{a_name!r}, {b_name!r}] compares a row with itself")
+        for a, b in pairs:
+            out.setdefault((a.id, b.id), Primary(a.id, b.id, a.name, b.name))
+    return list(out.values())
 
 
 def _file_row(raw: dict[str, Any], where: str) -> list[RowSpec]:
@@ -325,22 +463,28 @@ def _file_row(raw: dict[str, Any], where: str) -> list[RowSpec]:
     row_id = raw.get("id", _slug(name))
     if not isinstance(row_id, str) or not _ID.match(row_id):
         raise ValueError(f"{where}.id = {row_id!r} must match {_ID.pattern}")
+    if "ppo" in raw and kind != "maskable-ppo":
+        raise ValueError(f"{where}.ppo (row {name!r}): kind {kind!r} is not maskable-ppo; the ppo table sets "
+                         f"MaskablePPO's hyperparameters")
+    ppo = PPOSettings.from_table(raw.get("ppo", {}), f"{where} (row {name!r})") if kind == "maskable-ppo" else None
     return deployed_rows(row_id, name, kind, _str_list(raw.get("set", []), f"{where}.set"), raw.get("deploy_topk"),
-                         where)
+                         where, ppo)
 
 
 def _check_held_out(spec: ExperimentSpec, row: RowSpec, cfg: Config) -> None:
-    """Test pairs must be neither checkpoint-selection pairs nor (possibly) training episodes."""
-    selection = {(int(s), int(k)) for s, k in cfg.env.eval_pairs}
-    for scenario, seed in spec.test_pairs:
-        if (scenario, seed) in selection:
-            raise ValueError(f"test pair [{scenario}, {seed}] is also in env.eval_pairs (row {row.name!r}), which "
-                             f"choose best.pt: test pairs must be held out")
-        if not row.trains:
-            continue
-        # Training episode k plays (train_scenarios[k % n], train_seed_start + k); at most total_env_steps episodes.
+    """Test and validation pairs must be neither checkpoint-selection pairs nor (possibly) training episodes."""
+    selection = [(int(s), int(k)) for s, k in cfg.env.eval_pairs]
+    for noun, pairs in (("test pair", spec.test_pairs), ("validation pair", spec.validation_pairs)):
+        _check_disjoint(noun, pairs, "env.eval_pairs", selection, f"row {row.name!r}: they choose best.pt")
+        if row.trains:
+            _check_not_trained_on(noun, pairs, row, cfg)
+
+
+def _check_not_trained_on(noun: str, pairs: Sequence[tuple[int, int]], row: RowSpec, cfg: Config) -> None:
+    """Training episode k plays (train_scenarios[k % n], train_seed_start + k), at most total_env_steps of them."""
+    scenarios = cfg.env.train_scenarios
+    for scenario, seed in pairs:
         k = seed - cfg.env.train_seed_start
-        scenarios = cfg.env.train_scenarios
         if 0 <= k < cfg.train.total_env_steps and scenarios[k % len(scenarios)] == scenario:
-            raise ValueError(f"test pair [{scenario}, {seed}] may be training episode {k} of row {row.name!r} "
-                             f"(env.train_seed_start = {cfg.env.train_seed_start}): pick other test seeds")
+            raise ValueError(f"{noun} [{scenario}, {seed}] may be training episode {k} of row {row.name!r} "
+                             f"(env.train_seed_start = {cfg.env.train_seed_start}): pick other seeds")

@@ -9,6 +9,11 @@ between two rows is computed within each draw, so what the rows share (the pairs
 rows of one ``deploy_topk``) cancels. Survival rate is grid2op's: total steps survived over total steps playable,
 summed over the episodes (not the mean of per-episode rates; the two agree when the episodes have equal lengths).
 With 2-3 seeds the seed level is coarse and the interval is a lower bound on the uncertainty.
+
+Primary comparisons (named in the experiment file before it runs) are one family whose family-wise error rate is
+held at :data:`ALPHA` by Holm's step-down procedure (Holm, Scand. J. Statist. 1979) on the paired bootstrap
+p-values, p = 2 min(P*(Δ <= 0), P*(Δ >= 0)) over the same draws that give the difference's interval. Every other
+comparison is exploratory: its interval is for itself alone.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ace_hybrid.experiment.metrics import EPISODE_FIELDS, TEST_METRIC, TEST_METRICS, TRAIN_METRICS
-from ace_hybrid.experiment.spec import TRAINING_KINDS, ExperimentSpec, RowSpec
+from ace_hybrid.experiment.spec import TRAINING_KINDS, ExperimentSpec, Primary, RowSpec
 
 BOOTSTRAP_DRAWS = 10_000
 """Bootstrap draws of every interval."""
@@ -27,6 +32,8 @@ BOOTSTRAP_SEED = 250602522
 """Seed of the bootstrap's generator (numpy's default_rng), fixed so a table is reproduced to the digit."""
 LEVEL = 0.95
 """Coverage of the intervals (percentile bootstrap)."""
+ALPHA = 0.05
+"""Family-wise error rate of the primary comparisons (Holm-adjusted p below it: "separated (Holm)")."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +104,33 @@ def interval(draws: np.ndarray, level: float = LEVEL) -> tuple[float | None, flo
     return float(lo), float(hi)
 
 
+def p_value(draws: np.ndarray) -> float | None:
+    """Two-sided bootstrap p-value of a difference: 2 min(P*(Δ <= 0), P*(Δ >= 0)) over the finite draws, at most 1
+    (None when every draw is NaN). The smallest nonzero value is 2 / draws; 0 means no draw crossed 0."""
+    finite = draws[np.isfinite(draws)]
+    if finite.size == 0:
+        return None
+    return float(min(1.0, 2.0 * min(np.mean(finite <= 0), np.mean(finite >= 0))))
+
+
+def holm(p_values: Sequence[float | None]) -> list[float | None]:
+    """Holm-Bonferroni step-down adjusted p-values, in the order given.
+
+    With the m p-values sorted ascending, p_(i) becomes max over j <= i of min(1, (m - j + 1) p_(j)) (1-based):
+    rejecting where the adjusted p < alpha holds the family-wise error rate at alpha. A None (a comparison without
+    data) still counts in m, as p = 1, so leaving rows out of a run never makes the others' correction milder; its
+    adjusted p stays None.
+    """
+    m = len(p_values)
+    filled = [1.0 if p is None else float(p) for p in p_values]
+    adjusted: list[float | None] = [None] * m
+    running = 0.0
+    for rank, i in enumerate(sorted(range(m), key=lambda k: filled[k])):
+        running = max(running, min(1.0, (m - rank) * filled[i]))
+        adjusted[i] = None if p_values[i] is None else running
+    return adjusted
+
+
 def points(value: float) -> str:
     """A survival difference in percentage points, signed: ``+12.5``."""
     return f"{100 * value:+.1f}"
@@ -110,16 +144,17 @@ def paired_difference(resample: Resample, a: dict[str, Any], b: dict[str, Any],
                       key: str = "survival_rate") -> dict[str, Any]:
     """Row ``a`` minus row ``b`` on metric ``key``, with the interval of the difference within each draw.
 
-    Returns ``{"a", "b", "metric", "a_value", "b_value", "difference", "lo", "hi", "separated", "pairs", "seeds"}``;
-    ``separated`` is True when the interval excludes 0, the only case in which the report states a difference.
-    ``seeds`` counts the training seeds resampled (those of the training rows among the two).
+    Returns ``{"a", "b", "metric", "a_value", "b_value", "difference", "lo", "hi", "p", "separated", "pairs",
+    "seeds"}``; ``separated`` is True when the interval excludes 0, the only case in which the report states an
+    exploratory difference; ``p`` is :func:`p_value` of the same draws (what Holm's correction of the primary
+    comparisons adjusts). ``seeds`` counts the training seeds resampled (those of the training rows among the two).
     """
     va, da = resample.statistic(a, key)
     vb, db = resample.statistic(b, key)
     lo, hi = interval(da - db)
     diff = None if va is None or vb is None else va - vb
     return {"a": a["id"], "b": b["id"], "metric": key, "a_value": va, "b_value": vb, "difference": diff,
-            "lo": lo, "hi": hi, "separated": lo is not None and (lo > 0 or hi < 0),
+            "lo": lo, "hi": hi, "p": p_value(da - db), "separated": lo is not None and (lo > 0 or hi < 0),
             "pairs": int(resample.pair_counts.shape[1]),
             "seeds": len(set(_seed_level(a)) | set(_seed_level(b)))}
 
@@ -181,27 +216,46 @@ def comparisons_to_make(rows: Sequence[dict[str, Any]]) -> list[tuple[str, str, 
 
 
 def compare_rows(rows: Sequence[dict[str, Any]], seeds: Sequence[int], n_pairs: int, *,
-                 draws: int = BOOTSTRAP_DRAWS, seed: int = BOOTSTRAP_SEED) -> list[dict[str, Any]]:
-    """The paired survival differences of :func:`comparisons_to_make` (see :func:`paired_difference`), each with
-    the names of its rows and why it is made."""
+                 primaries: Sequence[Primary] = (), draws: int = BOOTSTRAP_DRAWS,
+                 seed: int = BOOTSTRAP_SEED) -> list[dict[str, Any]]:
+    """The paired survival differences (see :func:`paired_difference`), each with the names of its rows, why it is
+    made and whether it is primary: first the ``primaries`` in their order, with ``p_holm`` (:func:`holm` over all
+    of them: a primary whose rows did not run counts, with no data), then the exploratory comparisons of
+    :func:`comparisons_to_make` that are not already primary (either way round)."""
     resample = Resample.draw(seeds, n_pairs, draws, seed)
     by_id = {r["id"]: r for r in rows if r["n"]}
+    declared = comparisons_to_make([r for r in rows if r["n"]])
+    reasons = {(a, b): why for a, b, why in declared}
     out = []
-    for a, b, why in comparisons_to_make([r for r in rows if r["n"]]):
-        result = paired_difference(resample, by_id[a], by_id[b])
-        out.append({**result, "a_name": by_id[a]["name"], "b_name": by_id[b]["name"], "why": why})
+    for p in primaries:
+        why = reasons.get((p.a, p.b), "named primary")
+        if p.a in by_id and p.b in by_id:
+            result = paired_difference(resample, by_id[p.a], by_id[p.b])
+        else:
+            result = {"a": p.a, "b": p.b, "metric": "survival_rate", "a_value": None, "b_value": None,
+                      "difference": None, "lo": None, "hi": None, "p": None, "separated": False,
+                      "pairs": n_pairs, "seeds": 0}
+        out.append({**result, "a_name": p.a_name, "b_name": p.b_name, "why": why, "primary": True})
+    for c, adjusted in zip(out, holm([c["p"] for c in out])):
+        c["p_holm"] = adjusted
+    named = {(p.a, p.b) for p in primaries} | {(p.b, p.a) for p in primaries}
+    for a, b, why in declared:
+        if (a, b) not in named:
+            result = paired_difference(resample, by_id[a], by_id[b])
+            out.append({**result, "a_name": by_id[a]["name"], "b_name": by_id[b]["name"], "why": why,
+                        "primary": False})
     return out
 
 
 def _row_record(spec: ExperimentSpec, row: RowSpec, cells: list[dict[str, Any]]) -> dict[str, Any]:
     """One row of results.json: its per-episode matrices (cells x test pairs) and per-seed training costs."""
-    index = {tuple(p): i for i, p in enumerate(spec.test_pairs)}
+    index = {tuple(p): i for i, p in enumerate(spec.pairs)}
     episodes = {f: np.full((len(cells), len(index)), np.nan) for f in EPISODE_FIELDS}
     for i, cell in enumerate(cells):
         for e in (cell.get("test") or {}).get("episodes", []):
             j = index.get((e["scenario"], e["seed"]))
             if j is None:
-                raise ValueError(f"cell {cell['cell']} played ({e['scenario']}, {e['seed']}), not a test pair")
+                raise ValueError(f"cell {cell['cell']} played ({e['scenario']}, {e['seed']}), not a {spec.on} pair")
             for f in EPISODE_FIELDS:
                 episodes[f][i, j] = np.nan if e.get(f) is None else float(e[f])
     if cells and np.isnan(episodes["max_steps"]).any():
@@ -222,7 +276,7 @@ def aggregate(spec: ExperimentSpec, cells: list[dict[str, Any]], *, draws: int =
     "std"`` (over seeds; std with 2+ values)``}``. Training costs: ``{"values", "mean", "std"}``.
     """
     rows = [_row_record(spec, row, [c for c in cells if c["row"] == row.id]) for row in spec.rows]
-    resample = Resample.draw(spec.seeds, len(spec.test_pairs), draws, seed)
+    resample = Resample.draw(spec.seeds, len(spec.pairs), draws, seed)
     for record in rows:
         mine = [c for c in cells if c["row"] == record["id"]]
         for key, *_ in (*TEST_METRICS, *TRAIN_METRICS):

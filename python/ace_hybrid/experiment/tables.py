@@ -12,13 +12,17 @@ from typing import Any
 
 from ace_hybrid.experiment.metrics import METRICS, SIMULATIONS_NOTE, TEST_METRICS, TRAIN_METRICS
 from ace_hybrid.experiment.spec import ExperimentSpec
-from ace_hybrid.experiment.statistics import LEVEL, points
+from ace_hybrid.experiment.statistics import ALPHA, LEVEL, points
 from ace_hybrid.files import atomic_write_json
 
 DIFFERENCES_NOTE = ("A − B is computed within each bootstrap draw on the same test pairs and training seeds, so what "
-                    "the rows share cancels. A difference is stated only when its 95% interval excludes 0; each "
-                    "interval is for its own comparison (no correction for their number): were no two rows different, "
-                    "about one comparison in twenty would still separate by chance.")
+                    "the rows share cancels. The primary comparisons, named in the experiment file before it ran, are "
+                    "one family: their paired bootstrap p-values (2 min(P*(A − B <= 0), P*(A − B >= 0)) over the "
+                    "same draws) are adjusted by Holm's step-down procedure, and one is stated, \"separated "
+                    "(Holm)\", only when its adjusted p < 0.05, which holds the chance of any false statement among "
+                    "them at 5%. The "
+                    "exploratory comparisons are not corrected: each 95% interval is for its own comparison, and were "
+                    "no two rows different, about one in twenty would still separate by chance.")
 """How to read the paired differences (results.md and report.md)."""
 BOOTSTRAP_METHOD = ("percentile; test pairs and training seeds resampled independently with replacement (crossed "
                     "design), the same draws for every row; numpy default_rng(seed).multinomial, pairs first, then "
@@ -26,15 +30,33 @@ BOOTSTRAP_METHOD = ("percentile; test pairs and training seeds resampled indepen
 """How the intervals were drawn, as results.json records it."""
 
 
+def stated(c: dict[str, Any]) -> bool:
+    """Whether a comparison allows stating a difference: a primary one when its Holm-adjusted p < :data:`ALPHA`, an
+    exploratory one when its own 95% interval excludes 0."""
+    if c.get("difference") is None or c.get("lo") is None:
+        return False
+    if c.get("primary"):
+        return c.get("p_holm") is not None and c["p_holm"] < ALPHA
+    return bool(c["separated"])
+
+
+def b_longer(c: dict[str, Any]) -> bool:
+    """Whether B survives longer in a comparison that :func:`stated` allows (by its interval, else its estimate)."""
+    return c["hi"] < 0 if c["lo"] > 0 or c["hi"] < 0 else c["difference"] < 0
+
+
 def verdict(c: dict[str, Any], a: str = "A", b: str = "B") -> str:
     """What a paired comparison (:func:`~ace_hybrid.experiment.statistics.paired_difference`) allows us to say, in
-    the one wording of the tables and the report: "``a`` survives longer" or "``b`` survives longer" only when the
-    interval of the difference excludes 0, else "not distinguishable"; "no data" when there is no difference."""
+    the one wording of the tables and the report: "``a`` survives longer" or "``b`` survives longer" only when
+    :func:`stated`, else "not distinguishable"; a primary comparison says so with " (Holm)" ("``a`` survives
+    longer, separated (Holm)"); "no data" when there is no difference."""
     if c.get("difference") is None or c.get("lo") is None:
         return "no data"
-    if not c["separated"]:
-        return "not distinguishable"
-    return f"{a} survives longer" if c["lo"] > 0 else f"{b} survives longer"
+    holm = c.get("primary", False)
+    if not stated(c):
+        return "not distinguishable (Holm)" if holm else "not distinguishable"
+    said = f"{b} survives longer" if b_longer(c) else f"{a} survives longer"
+    return f"{said}, separated (Holm)" if holm else said
 
 
 def _fmt(fmt: str, value: float | None) -> str:
@@ -71,18 +93,42 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def format_p(p: float | None) -> str:
+    """A p-value for a table: three decimals, "< 0.001" below that, an en dash for none."""
+    if p is None:
+        return "–"
+    return "< 0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def _difference_cells(c: dict[str, Any]) -> str:
+    diff = ("–" if c["difference"] is None or c["lo"] is None
+            else f"{points(c['difference'])} [{points(c['lo'])}, {points(c['hi'])}]")
+    return f"{_fmt('{:.1%}', c['a_value'])} | {_fmt('{:.1%}', c['b_value'])} | {diff}"
+
+
 def differences_markdown(comparisons: list[dict[str, Any]]) -> str:
-    """The paired differences in survival as a table, each with its :func:`verdict`."""
-    if not comparisons:
-        return "No comparisons: the table has no pair of rows it declares comparable."
-    lines = ["| A | B | why | survival A | survival B | A − B, points [95% CI] | verdict |",
-             "|:---|:---|:---|---:|---:|---:|:---|"]
-    for c in comparisons:
-        diff = ("–" if c["difference"] is None or c["lo"] is None
-                else f"{points(c['difference'])} [{points(c['lo'])}, {points(c['hi'])}]")
-        lines.append(f"| {c['a_name']} | {c['b_name']} | {c['why']} | {_fmt('{:.1%}', c['a_value'])} | "
-                     f"{_fmt('{:.1%}', c['b_value'])} | {diff} | {verdict(c)} |")
-    return "\n".join(lines)
+    """The paired differences in survival, each with its :func:`verdict`: the primary comparisons first, with their
+    Holm-adjusted p, then the exploratory ones under "Exploratory (not corrected)"."""
+    primary = [c for c in comparisons if c.get("primary")]
+    exploratory = [c for c in comparisons if not c.get("primary")]
+    parts = ["### Primary comparisons (Holm)", ""]
+    if primary:
+        parts += ["| A | B | survival A | survival B | A − B, points [95% CI] | p | p (Holm) | verdict |",
+                  "|:---|:---|---:|---:|---:|---:|---:|:---|"]
+        parts += [f"| {c['a_name']} | {c['b_name']} | {_difference_cells(c)} | {format_p(c.get('p'))} | "
+                  f"{format_p(c.get('p_holm'))} | {verdict(c)} |" for c in primary]
+    else:
+        parts.append("None: the experiment file names no primary comparison (its `primary` list), so every "
+                     "comparison is exploratory.")
+    parts += ["", "### Exploratory (not corrected)", ""]
+    if exploratory:
+        parts += ["| A | B | why | survival A | survival B | A − B, points [95% CI] | verdict |",
+                  "|:---|:---|:---|---:|---:|---:|:---|"]
+        parts += [f"| {c['a_name']} | {c['b_name']} | {c['why']} | {_difference_cells(c)} | {verdict(c)} |"
+                  for c in exploratory]
+    else:
+        parts.append("None: the table has no other pair of rows it declares comparable.")
+    return "\n".join(parts)
 
 
 def to_csv(rows: list[dict[str, Any]]) -> str:
@@ -106,14 +152,18 @@ def to_csv(rows: list[dict[str, Any]]) -> str:
 
 
 def setup_text(spec: ExperimentSpec, cells: list[dict[str, Any]], draws: int, seed: int) -> str:
-    """The paragraph above the table: environment, test episodes, seeds, what each column counts, the bootstrap."""
+    """The paragraph above the table: environment, test (or validation) episodes, seeds, what each column counts, the
+    bootstrap."""
     envs = sorted({c["env"] for c in cells})
-    pairs = ", ".join(f"({s}, {k})" for s, k in spec.test_pairs)
+    pairs = ", ".join(f"({s}, {k})" for s, k in spec.pairs)
     cut = f", cut at {spec.test_max_steps} steps" if spec.test_max_steps else ""
     deployed = sorted({c["config"]["env"]["deploy_topk"] for c in cells if c["run_dir"]})
     selection = (f" best.pt is chosen on env.eval_pairs with the run's own check (env.deploy_topk = "
                  f"{', '.join(map(str, deployed))}), also for the rows that test it alone." if deployed else "")
-    return (f"Environment: {', '.join(envs)}. {len(spec.test_pairs)} held-out test episodes (scenario, seed): "
+    episodes = (f"{len(spec.pairs)} held-out test episodes (scenario, seed)" if spec.on == "test" else
+                f"{len(spec.pairs)} validation episodes (scenario, seed), where configurations are chosen; the "
+                f"{len(spec.test_pairs)} test pairs are not played here")
+    return (f"Environment: {', '.join(envs)}. {episodes}: "
             f"{pairs}{cut}. Seeds of the training rows: {', '.join(map(str, spec.seeds))}; baselines are "
             f"deterministic on fixed episodes and run once.{selection} Survival is total steps survived / total steps "
             f"playable over a row's episodes (grid2op's aggregate, not the mean of per-episode rates); episode reward "
@@ -123,24 +173,33 @@ def setup_text(spec: ExperimentSpec, cells: list[dict[str, Any]], draws: int, se
             f"same draws for every row; with {len(spec.seeds)} seed(s) the seed level is coarse.")
 
 
+def results_name(spec: ExperimentSpec, extension: str) -> str:
+    """``results.EXT`` on the test pairs, ``results-validation.EXT`` on the validation pairs."""
+    return f"results{spec.suffix}.{extension}"
+
+
 def write_results(spec: ExperimentSpec, out: Path, tables: dict[str, Any], machine: dict[str, Any]) -> None:
-    """Write results.json, results.csv and results.md into ``out``.
+    """Write results.json, results.csv and results.md into ``out`` (``results-validation.*`` on the validation
+    pairs: the two never mix).
 
     ``tables`` holds ``rows`` (:func:`~ace_hybrid.experiment.statistics.aggregate`), ``comparisons``
     (:func:`~ace_hybrid.experiment.statistics.compare_rows`), ``cells``, ``markdown`` (:func:`to_markdown`),
     ``setup`` (:func:`setup_text`), ``command`` and the bootstrap's ``draws`` and ``seed``.
     """
     results = {"experiment": spec.name, "description": spec.description, "experiment_file": str(spec.path),
-               "command": tables["command"], "seeds": spec.seeds, "test_pairs": [list(p) for p in spec.test_pairs],
+               "command": tables["command"], "on": spec.on, "seeds": spec.seeds,
+               "test_pairs": [list(p) for p in spec.test_pairs],
+               "validation_pairs": [list(p) for p in spec.validation_pairs], "pairs": [list(p) for p in spec.pairs],
                "test_max_steps": spec.test_max_steps, "setup": tables["setup"], "machine": machine,
                "bootstrap": {"draws": tables["draws"], "seed": tables["seed"], "level": LEVEL,
                              "method": BOOTSTRAP_METHOD,
                              "survival": "total steps survived / total steps playable over a row's episodes"},
                "rows": tables["rows"], "comparisons": tables["comparisons"], "cells": tables["cells"]}
-    atomic_write_json(out / "results.json", results)
-    (out / "results.csv").write_text(to_csv(tables["rows"]))
-    title = f"# {spec.name}\n\n" + (f"{spec.description}\n\n" if spec.description else "")
-    (out / "results.md").write_text(
+    atomic_write_json(out / results_name(spec, "json"), results)
+    (out / results_name(spec, "csv")).write_text(to_csv(tables["rows"]))
+    on = "" if spec.on == "test" else f" (on the {spec.on} pairs)"
+    title = f"# {spec.name}{on}\n\n" + (f"{spec.description}\n\n" if spec.description else "")
+    (out / results_name(spec, "md")).write_text(
         title + f"Made by `{tables['command']}`.\n\n" + tables["setup"] + "\n\n" + tables["markdown"]
         + "\n\n## Paired differences in survival\n\n" + differences_markdown(tables["comparisons"]) + "\n\n"
         + DIFFERENCES_NOTE + "\n")

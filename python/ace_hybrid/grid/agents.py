@@ -7,7 +7,8 @@
   that expert-guided RL learns from (the training loop, the rollout workers and the experiments' "tutor" row).
 
 :class:`RuleAgent` is the common frame: it counts decisions (danger states) and simulations, which the evaluation
-reports.
+reports. :class:`PolicyAgent` is the frame of every learned policy (SAC's, MaskablePPO's): the policy alone, or its
+top-k simulation check.
 """
 
 from __future__ import annotations
@@ -168,6 +169,60 @@ class RandomCandidateAgent(RuleAgent):
     def decide(self, observation: Any) -> Any:
         options = [0, *(int(i) for i in self.catalog.shortlist(observation, self.candidates - 1))]
         return self.catalog.action(options[int(self.rng.integers(len(options)))])
+
+
+class PolicyAgent(RuleAgent):
+    """A learned policy over an :class:`~ace_hybrid.grid.action_set.ActionSet`, deployed under the activation rule.
+
+    With ``topk = 0`` it plays the policy's most likely legal action. With ``topk = k`` it checks the k most likely
+    legal actions and do nothing with one ``obs.simulate`` each and plays the one with the lowest simulated max rho
+    (the top-k validation most L2RPN agents deploy with); the policy still chooses what is worth simulating.
+    Subclasses give the policy's probabilities (:meth:`policy_probs`) and may give its own most likely action
+    (:meth:`most_likely`).
+
+    Parameters
+    ----------
+    action_space
+        The environment's action space.
+    actions
+        The actions the policy chooses among.
+    features
+        Observation -> raw feature vector (:class:`~ace_hybrid.grid.features.ObservationFeatures`).
+    normalizer
+        Raw -> normalised features, as in training (:class:`~ace_hybrid.grid.features.RunningNormalizer`).
+    threshold
+        Danger threshold on max rho.
+    topk
+        Actions checked by simulation per decision (0: the policy alone).
+    policy
+        The trained model the subclass reads (kept as ``self.policy``).
+    """
+
+    def __init__(self, action_space: Any, actions: Any, features: Any, normalizer: Any, threshold: float,
+                 topk: int = 0, policy: Any = None) -> None:
+        super().__init__(action_space, threshold)
+        if topk < 0:
+            raise ValueError(f"topk = {topk} out of range [0, inf)")
+        self.actions, self.features, self.normalizer, self.policy = actions, features, normalizer, policy
+        self.topk = int(topk)
+
+    def decide(self, observation: Any) -> Any:
+        x = self.normalizer(self.features(observation))
+        mask = self.actions.legal_mask(observation)
+        if self.topk == 0:
+            return self.actions.action(self.most_likely(x, mask))
+        probs = self.policy_probs(x, mask)
+        candidates = [0, *(int(a) for a in np.argsort(-probs, kind="stable")[: self.topk] if a != 0 and mask[a])]
+        rhos = [self._simulate_max_rho(observation, self.actions.action(a)) for a in candidates]
+        return self.actions.action(candidates[int(np.argmin(rhos))])
+
+    def policy_probs(self, x: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """(n,) pi(a | x) over the action set, 0 where ``mask`` is False; ``x`` is the normalised features."""
+        raise NotImplementedError
+
+    def most_likely(self, x: np.ndarray, mask: np.ndarray) -> int:
+        """The policy's most likely legal action (ties: the lowest index)."""
+        return int(np.argmax(np.where(mask, self.policy_probs(x, mask), -1.0)))
 
 
 def make_tutor(env: Any, cfg: Config, actions: Any = None) -> GreedyExpertAgent:

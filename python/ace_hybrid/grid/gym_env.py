@@ -1,4 +1,4 @@
-"""A ``gymnasium.Env`` over the action catalog: the training run's decisions, masks and reward.
+"""A ``gymnasium.Env`` over a run's action set or the whole catalog: a training run's decisions, masks and reward.
 
 The agent is asked to act only in danger states (max rho >= threshold); between decisions the activation rule's
 safe policy steps the grid, and the reward of a step is the training reward: :func:`~ace_hybrid.grid.reward.step_reward`
@@ -10,6 +10,10 @@ in ``info["action_mask"]`` and in :meth:`GridGymEnv.action_masks` (what sb3-cont
 
     import gymnasium, ace_hybrid.grid
     env = gymnasium.make("ace_hybrid/Grid-v0", env_name="l2rpn_case14_sandbox", threshold=0.5, max_steps=120)
+
+:meth:`GridGymEnv.from_config` gives the environment a training run of a configuration acts in: its action set
+(``env.action_set``, e.g. "tutor:50", an :class:`~ace_hybrid.grid.action_set.ActionSet`), its training episodes in
+order, its threshold and reward; :attr:`GridGymEnv.grid_steps` counts the grid's steps, the unit of a run's budget.
 """
 
 from __future__ import annotations
@@ -23,7 +27,10 @@ try:
 except ImportError as exc:  # pragma: no cover
     raise ImportError("ace_hybrid.grid.gym_env needs gymnasium: pip install 'ace-hybrid[grid]'") from exc
 
-from ace_hybrid.config import Config, RewardConfig
+from collections.abc import Sequence
+
+from ace_hybrid.config import Config, RewardConfig, parse_action_set
+from ace_hybrid.grid.action_set import ActionSet, action_set_indices
 from ace_hybrid.grid.env import make_env, n_scenarios, reset_episode
 from ace_hybrid.grid.features import ObservationFeatures
 from ace_hybrid.grid.reward import step_reward
@@ -53,9 +60,18 @@ class GridGymEnv(gym.Env):
         episode is truncated there. Gymnasium's own ``max_episode_steps`` counts decisions instead.
     reward
         The reward's scale (``[reward]`` of a configuration); the defaults are a training run's.
+    action_indices
+        Catalog indices of the actions the agent chooses among, do nothing (0) first, as an
+        :class:`~ace_hybrid.grid.action_set.ActionSet` holds them; None: the whole catalog. Actions and masks are in
+        the set's indices (:attr:`actions` maps them to grid actions).
+    seed_start
+        None: every episode's scenario and seed are drawn from the reset's generator. An integer: the k-th episode
+        this environment plays (reset attempts included) is ``(scenarios[k % len(scenarios)], seed_start + k)``, the
+        order a training run plays its episodes in (``env.train_seed_start``).
 
-    An episode starts at its first danger state: a reset draws episodes (scenario and seed) until one reaches
-    danger within ``max_steps``, and raises ``ValueError`` after :attr:`RESET_ATTEMPTS` that do not.
+    An episode starts at its first danger state: a reset plays episodes until one reaches danger within
+    ``max_steps``, and raises ``ValueError`` after :attr:`RESET_ATTEMPTS` that do not. The grid steps the safe rule
+    plays meanwhile count in :attr:`grid_steps`.
     """
 
     metadata = {"render_modes": []}
@@ -72,6 +88,8 @@ class GridGymEnv(gym.Env):
         threshold: float = 0.9,
         max_steps: int | None = None,
         reward: RewardConfig | None = None,
+        action_indices: Sequence[int] | None = None,
+        seed_start: int | None = None,
     ) -> None:
         from ace_hybrid.grid.catalog import ActionCatalog
 
@@ -90,19 +108,34 @@ class GridGymEnv(gym.Env):
             if not 0 <= s < count:
                 raise IndexError(f"scenario {s} out of range [0, {count})")
         self.max_steps = max_steps
-        self.action_space = gym.spaces.Discrete(len(self.catalog))
+        self.seed_start = seed_start
         self.observation_space = gym.spaces.Box(-FEATURE_BOUND, FEATURE_BOUND, shape=(self.features.dim,),
                                                 dtype=np.float32)
+        self.use_actions(action_indices)
         self._obs: Any = None
         self._steps = 0
+        self.grid_steps = 0  # since the environment was made: every episode, reset attempts included
+        self.episodes = 0  # started since the environment was made, reset attempts included
         self._closed = False
 
     @classmethod
     def from_config(cls, cfg: Config) -> GridGymEnv:
-        """The environment a training run of ``cfg`` acts in: its grid, training scenarios, threshold, episode cap
-        (``env.max_episode_steps``, 0 for none) and reward."""
-        return cls(cfg.env.name, env_seed=cfg.env.env_seed, scenarios=list(cfg.env.train_scenarios),
-                   threshold=cfg.env.threshold, max_steps=cfg.env.max_episode_steps or None, reward=cfg.reward)
+        """The environment a training run of ``cfg`` acts in: its grid, action set (``env.action_set``; a "tutor:N"
+        set is selected on the training scenarios, cached), training episodes in order (``env.train_scenarios``,
+        seeds from ``env.train_seed_start``), threshold, episode cap (``env.max_episode_steps``, 0 for none) and
+        reward."""
+        env = cls(cfg.env.name, env_seed=cfg.env.env_seed, scenarios=list(cfg.env.train_scenarios),
+                  threshold=cfg.env.threshold, max_steps=cfg.env.max_episode_steps or None, reward=cfg.reward,
+                  seed_start=cfg.env.train_seed_start)
+        if parse_action_set(cfg.env.action_set) is not None:  # the selection plays the grid: before any episode
+            env.use_actions(action_set_indices(cfg, env.grid, env.catalog))
+        return env
+
+    def use_actions(self, action_indices: Sequence[int] | None) -> None:
+        """Act over these catalog indices from now on (see the class's ``action_indices``); sets :attr:`actions`
+        and ``action_space``. Call it before an episode starts: a running one's masks would change size."""
+        self.actions = ActionSet(self.catalog, action_indices)
+        self.action_space = gym.spaces.Discrete(len(self.actions))
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         """Start an episode at its first danger state.
@@ -113,11 +146,10 @@ class GridGymEnv(gym.Env):
         super().reset(seed=seed)
         options = options or {}
         for attempt in range(self.RESET_ATTEMPTS):
-            scenario = int(options["scenario"] if "scenario" in options else self.np_random.choice(self.scenarios))
-            episode_seed = (int(options["episode_seed"]) + attempt if "episode_seed" in options
-                            else int(self.np_random.integers(0, 2**31 - 1)))
+            scenario, episode_seed = self._next_episode(options, attempt)
             self._obs = reset_episode(self.grid, scenario, episode_seed)
             self._steps = 0
+            self.episodes += 1
             _, terminated, truncated = self._advance_to_danger()
             if not (terminated or truncated):
                 return self._features(), self._info(scenario=scenario, episode_seed=episode_seed)
@@ -126,14 +158,30 @@ class GridGymEnv(gym.Env):
                          f"{options.get('scenario', self.scenarios)} reached a danger state {cap}; lower the threshold "
                          f"or raise max_steps")
 
+    def _next_episode(self, options: dict[str, Any], attempt: int) -> tuple[int, int]:
+        """(scenario, seed) of the next episode: fixed by ``options``, else the next in order (``seed_start``), else
+        drawn from the reset's generator."""
+        k = self.episodes
+        if "scenario" in options:
+            scenario = int(options["scenario"])
+        elif self.seed_start is not None:
+            scenario = int(self.scenarios[k % len(self.scenarios)])
+        else:
+            scenario = int(self.np_random.choice(self.scenarios))
+        if "episode_seed" in options:
+            return scenario, int(options["episode_seed"]) + attempt
+        if self.seed_start is not None:
+            return scenario, self.seed_start + k
+        return scenario, int(self.np_random.integers(0, 2**31 - 1))
+
     def step(self, action: int):
         """Play ``action`` in the current danger state, then the safe rule until the next one (or the episode's end).
 
         The reward is :func:`~ace_hybrid.grid.reward.step_reward` summed over all those environment steps.
         """
-        if not 0 <= int(action) < len(self.catalog):
-            raise IndexError(f"action {action} out of range [0, {len(self.catalog)})")
-        reward, terminated, truncated = self._grid_step(self.catalog.action(int(action)))
+        if not 0 <= int(action) < len(self.actions):
+            raise IndexError(f"action {action} out of range [0, {len(self.actions)})")
+        reward, terminated, truncated = self._grid_step(self.actions.action(int(action)))
         if not (terminated or truncated):
             more, terminated, truncated = self._advance_to_danger()
             reward += more
@@ -141,7 +189,7 @@ class GridGymEnv(gym.Env):
 
     def action_masks(self) -> np.ndarray:
         """The legal actions of the current state, ``(n,)`` bool (sb3-contrib's ``MaskablePPO`` calls this)."""
-        return self.catalog.legal_mask(self._obs)
+        return self.actions.legal_mask(self._obs)
 
     def _features(self) -> np.ndarray:
         return np.clip(self.features(self._obs), -FEATURE_BOUND, FEATURE_BOUND)
@@ -150,6 +198,7 @@ class GridGymEnv(gym.Env):
         """One environment step: the training reward of that step, blackout (terminated), truncated."""
         self._obs, _, done, info = self.grid.step(grid_action)
         self._steps += 1
+        self.grid_steps += 1
         blackout = bool(done and info.get("exception"))
         truncated = (done and not blackout) or (self.max_steps is not None and self._steps >= self.max_steps)
         return step_reward(self.reward_cfg, self._obs, blackout), blackout, bool(truncated)
@@ -165,7 +214,7 @@ class GridGymEnv(gym.Env):
         return total, False, False
 
     def _info(self, **extra: Any) -> dict[str, Any]:
-        return {"action_mask": self.catalog.legal_mask(self._obs), "max_rho": float(np.max(self._obs.rho)),
+        return {"action_mask": self.actions.legal_mask(self._obs), "max_rho": float(np.max(self._obs.rho)),
                 "steps": self._steps, **extra}
 
     def close(self) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ace_hybrid.config import config_from_dict
-from ace_hybrid.grid.agents import RuleAgent
+from ace_hybrid.grid.agents import PolicyAgent
 from ace_hybrid.grid.action_set import ActionSet
 from ace_hybrid.grid.catalog import ActionCatalog
 from ace_hybrid.grid.features import ObservationFeatures, RunningNormalizer
@@ -19,33 +19,22 @@ from ace_hybrid.training.run import Run
 __all__ = ["SACAgent", "agent_of", "load_agent"]
 
 
-class SACAgent(RuleAgent):
-    """The trained policy as a grid2op agent under the activation rule.
-
-    With ``topk = 0`` it plays the policy's most likely legal action. With ``topk = k`` it checks the k most likely
-    legal actions and do nothing with one ``obs.simulate`` each and plays the one with the lowest simulated max rho
-    (the top-k validation most L2RPN agents deploy with); the policy still chooses what is worth simulating.
-    """
+class SACAgent(PolicyAgent):
+    """The trained SAC policy as a grid2op agent under the activation rule, alone (``topk = 0``) or with the top-k
+    simulation check (:class:`~ace_hybrid.grid.agents.PolicyAgent`)."""
 
     name = "sac"
 
     def __init__(self, env: Any, sac: DiscreteSAC, actions: ActionSet, features: ObservationFeatures,
                  normalizer: RunningNormalizer, threshold: float, topk: int = 0) -> None:
-        super().__init__(env.action_space, threshold)
-        if topk < 0:
-            raise ValueError(f"topk = {topk} out of range [0, inf)")
-        self.sac, self.actions, self.features, self.normalizer = sac, actions, features, normalizer
-        self.topk = int(topk)
+        super().__init__(env.action_space, actions, features, normalizer, threshold, topk, policy=sac)
+        self.sac = sac
 
-    def decide(self, observation: Any) -> Any:
-        x = self.normalizer(self.features(observation))
-        mask = self.actions.legal_mask(observation)
-        if self.topk == 0:
-            return self.actions.action(self.sac.act(x, mask, deterministic=True))
-        probs = self.sac.policy_probs(x, mask)
-        candidates = [0, *(int(a) for a in np.argsort(-probs, kind="stable")[: self.topk] if a != 0 and mask[a])]
-        rhos = [self._simulate_max_rho(observation, self.actions.action(a)) for a in candidates]
-        return self.actions.action(candidates[int(np.argmin(rhos))])
+    def policy_probs(self, x: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        return self.sac.policy_probs(x, mask)
+
+    def most_likely(self, x: np.ndarray, mask: np.ndarray) -> int:
+        return self.sac.act(x, mask, deterministic=True)
 
 
 def agent_of(run: Run, env: Any) -> SACAgent:
