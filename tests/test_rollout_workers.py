@@ -114,12 +114,18 @@ def test_options_that_need_each_other_say_so() -> None:
 
 def test_one_dealer_hands_out_the_episodes_in_order_and_the_budget_once() -> None:
     dealer = Dealer(Budget(first_step=10, total_steps=25, first_episode=3))
-    assert [dealer.steps(10) for _ in range(3)] == [(10, 10), (20, 5), (25, 0)]
+    assert [dealer.steps(10) for _ in range(3)] == [(10, 10, False), (20, 5, True), (25, 0, True)]
     assert [dealer.episode() for _ in range(3)] == [3, 4, 5]
     import multiprocessing
 
     shared = Dealer.shared(multiprocessing.get_context("spawn"), Budget(0, 7, 0))
-    assert [shared.steps(4), shared.steps(4), shared.episode(), shared.episode()] == [(0, 4), (4, 3), 0, 1]
+    assert [shared.steps(4), shared.steps(4), shared.episode(), shared.episode()] == [(0, 4, False), (4, 3, True),
+                                                                                      0, 1]
+    # A budget (train.keep_best_at): nothing past it until the learner lets the steps go on.
+    held = Dealer(Budget(first_step=0, total_steps=25, first_episode=0, until=12))
+    assert [held.steps(10), held.steps(10), held.steps(10)] == [(0, 10, False), (10, 2, False), (12, 0, False)]
+    held.grant_until(40)
+    assert [held.steps(10), held.steps(10)] == [(12, 10, False), (22, 3, True)]
     cfg = tiny("env.train_scenarios=[0, 1, 2]", "env.train_seed_start=100")
     assert [episode_of(cfg, k) for k in range(4)] == [(0, 100), (1, 101), (2, 102), (0, 103)]
     seeds = {exploration_seed(s, k) for s in (0, 1) for k in range(50)}

@@ -23,7 +23,6 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 
-
 HEADS = ("linear", "lowrank")
 """Valid values of :attr:`SACConfig.head`."""
 
@@ -167,6 +166,9 @@ class TrainConfig:
     """Evaluate on the held-out pairs every this many environment steps (0: only at the end)."""
     checkpoint_every: int = 2_000
     """Write a checkpoint every this many environment steps (and at the end)."""
+    keep_best_at: list[int] = field(default_factory=list)
+    """Budgets (environment steps): at each, evaluate then, and copy best.pt as it is to best-<steps>.pt, as if
+    training had stopped there (one training tested at several budgets; workers wait there for the evaluation)."""
     tutor_steps: int = 0
     """Expert-guided warm start: for the run's first this many environment steps (over all workers) the greedy expert
     (simulating tutor_budget of the policy's actions) decides instead of the policy; its decisions go to the replay's
@@ -210,6 +212,9 @@ class TrainConfig:
                "must be >= 0")
         _check(self.eval_every >= 0, "train.eval_every", self.eval_every, "must be >= 0")
         _check(self.checkpoint_every > 0, "train.checkpoint_every", self.checkpoint_every, "must be > 0")
+        _check(len(set(self.keep_best_at)) == len(self.keep_best_at) and all(
+            0 < b <= self.total_env_steps for b in self.keep_best_at), "train.keep_best_at", self.keep_best_at,
+            f"must be distinct steps in [1, train.total_env_steps = {self.total_env_steps}]")
         _check(self.tutor_steps >= 0, "train.tutor_steps", self.tutor_steps, "must be >= 0")
         _check(2 <= self.tutor_budget <= 10_000, "train.tutor_budget", self.tutor_budget, "must be in [2, 10000]")
         _check(0.0 <= self.imitation_weight <= 1000.0, "train.imitation_weight", self.imitation_weight,

@@ -142,6 +142,7 @@ def restore(run_dir: Path, total_env_steps: int | None = None) -> Run:
         if total_env_steps <= 0:
             raise ValueError(f"train.total_env_steps = {total_env_steps} must be > 0")
         saved.train.total_env_steps = int(total_env_steps)
+        saved.train.validate()  # e.g. a train.keep_best_at budget above the new total
     run = Run(saved, run_dir, state.get("action_set"))
     attach_llm(run)
     run.sac.load_state_dict(state["sac"])

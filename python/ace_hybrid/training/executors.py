@@ -8,6 +8,9 @@ code path; nor is ``train.workers = 0``) and offers the learner the same calls:
     :class:`~ace_hybrid.training.rollout.Dealer` of the session's ``budget``, and set them going.
 ``set_weights(policy)``
     Send a new policy to every worker still running; never waits for them.
+``grant_until(step)``
+    Let the dealer grant environment steps up to ``step``: the workers wait at a ``train.keep_best_at`` budget
+    until the learner has evaluated there (:class:`~ace_hybrid.training.rollout.Budget`).
 ``collect(timeout)``
     The next :class:`~ace_hybrid.training.rollout.TransitionBatch` from any worker, blocking up to ``timeout``
     seconds (the learner sleeps here when it has nothing to do, rather than spin); None when none came. A worker
@@ -59,7 +62,15 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ace_hybrid.processes import exit_with_parent
-from ace_hybrid.training.rollout import Budget, Dealer, PolicyWeights, RolloutWorker, TransitionBatch, WorkerSpec
+from ace_hybrid.training.rollout import (
+    Budget,
+    Dealer,
+    Grant,
+    PolicyWeights,
+    RolloutWorker,
+    TransitionBatch,
+    WorkerSpec,
+)
 from ace_hybrid.training.run import Pending, Run
 
 __all__ = ["Executor", "InlineExecutor", "LocalExecutor", "RayExecutor", "WorkerError", "import_ray",
@@ -82,6 +93,8 @@ class Executor(Protocol):
     def start(self, specs: list[WorkerSpec], policy: PolicyWeights, budget: Budget) -> None: ...
 
     def set_weights(self, policy: PolicyWeights) -> None: ...
+
+    def grant_until(self, step: int) -> None: ...
 
     def collect(self, timeout: float) -> TransitionBatch | None: ...
 
@@ -145,6 +158,9 @@ class InlineExecutor:
 
     def set_weights(self, policy: PolicyWeights) -> None:
         pass  # the worker acts with the learner's own networks and normaliser
+
+    def grant_until(self, step: int) -> None:
+        self.worker.dealer.grant_until(step)
 
     def collect(self, timeout: float) -> TransitionBatch | None:
         self.worker.version = self.run.counters.updates  # the learner's networks, as of now: no lag
@@ -272,6 +288,9 @@ class LocalExecutor:
             if k not in self._done:
                 commands.put(policy)
 
+    def grant_until(self, step: int) -> None:
+        self._dealer.grant_until(step)
+
     def collect(self, timeout: float) -> TransitionBatch | None:
         # A worker only exits when told: one that is gone is dead, even while the others keep the queue full.
         now = time.monotonic()
@@ -348,7 +367,7 @@ class _RemoteDealer:
     def __init__(self, actor: Any) -> None:
         self.actor = actor
 
-    def steps(self, want: int) -> tuple[int, int]:
+    def steps(self, want: int) -> Grant:
         import ray
 
         return ray.get(self.actor.steps.remote(want))
@@ -426,6 +445,9 @@ class RayExecutor:
         for k, actor in enumerate(self._actors):
             if k not in self._done:
                 actor.set_policy.remote(ref)
+
+    def grant_until(self, step: int) -> None:
+        self._dealer.grant_until.remote(step)  # the dealer actor runs its calls in order
 
     def collect(self, timeout: float) -> TransitionBatch | None:
         ray = self._ray

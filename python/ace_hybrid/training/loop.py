@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 
 from ace_hybrid.config import Config
-from ace_hybrid.files import remove_stale_temps
+from ace_hybrid.files import atomic_write, remove_stale_temps
 from ace_hybrid.grid.evaluation import EvaluationReport, evaluate
 from ace_hybrid.replay import ReplayBatch
 from ace_hybrid.sac import UpdateBatch
@@ -57,7 +57,7 @@ from ace_hybrid.training.checkpoint import clock_train_time, restore, save_check
 from ace_hybrid.training.executors import Executor, import_ray, make_executor
 from ace_hybrid.training.metrics import Throughput
 from ace_hybrid.training.policy import agent_of
-from ace_hybrid.training.rollout import TransitionBatch, plan_workers, policy_weights, session_budget
+from ace_hybrid.training.rollout import TransitionBatch, next_hold, plan_workers, policy_weights, session_budget
 from ace_hybrid.training.run import Pending, Run
 
 __all__ = ["StopOnSigint", "TrainingInterrupted", "learn", "train"]
@@ -169,12 +169,15 @@ def learn(run: Run, bar: Any) -> None:
     workers."""
     cfg, c = run.cfg, run.counters
     run.throughput = Throughput(cfg.train.workers, c.env_steps, c.updates)
+    if keep_best_at_budgets(run):  # reached by a run that stopped before it could keep them
+        save_checkpoint(run)
     if c.env_steps >= cfg.train.total_env_steps:  # a resumed run whose budget is spent: no worker to start
         return
     executor = make_executor(run, lambda p: store(run, p))
     try:
-        executor.start(plan_workers(run), policy_weights(run), session_budget(run))
-        synced = c.updates
+        budget = session_budget(run)
+        executor.start(plan_workers(run), policy_weights(run), budget)
+        synced, hold = c.updates, budget.until
         while not executor.finished and not run.stop_requested:
             batch = _collect(run, executor)
             if batch is None:
@@ -191,6 +194,9 @@ def learn(run: Run, bar: Any) -> None:
             bar.update(c.env_steps - before)
             _postfix(run, bar, batch)
             on_schedule(run, since=before)
+            if next_hold(run) != hold:  # the learner evaluated at the budget where the workers wait
+                hold = next_hold(run)
+                executor.grant_until(hold)
         run.throughput.stop(c.env_steps, c.updates)  # the workers' part ends here, not when they have exited
     finally:
         executor.close()
@@ -321,12 +327,15 @@ def on_schedule(run: Run, since: int | None = None) -> None:
                                        "train/replay": len(run.replay), **{f"time/{k}": v for k, v in
                                                                            run.time_split.items()}, **(rates or {})})
     # Each due time moves on before its save, so the checkpoint does not count it as still due (a resumed run would
-    # save again at once).
+    # save again at once). A budget kept is saved at once, so a resumed run never keeps it again.
     if cfg.train.eval_every and c.env_steps >= c.next_eval:
         c.next_eval = _next_due(c.next_eval, cfg.train.eval_every, c.env_steps)
         evaluate_and_keep_best(run)
+    kept = keep_best_at_budgets(run)
     if c.env_steps >= c.next_checkpoint:
         c.next_checkpoint = _next_due(c.next_checkpoint, cfg.train.checkpoint_every, c.env_steps)
+        save_checkpoint(run)
+    elif kept:
         save_checkpoint(run)
 
 
@@ -354,6 +363,30 @@ def evaluate_and_keep_best(run: Run) -> EvaluationReport:
     return report
 
 
+def keep_best_at_budgets(run: Run) -> list[int]:
+    """At each ``train.keep_best_at`` budget the run has reached (the workers wait there, so it is reached exactly):
+    evaluate on ``env.eval_pairs`` unless that was just done at this step, then copy ``best.pt`` -- chosen on what was
+    known by then -- to ``best-<steps>.pt`` (atomically), as if training had stopped there. Returns the budgets kept
+    now (the caller saves a checkpoint, so a resumed run neither loses nor recomputes them)."""
+    c = run.counters
+    done = {k["env_steps"] for k in c.kept_best}
+    due = [b for b in sorted(run.cfg.train.keep_best_at) if b <= c.env_steps and b not in done]
+    if not due:
+        return []
+    if not c.eval_history or c.eval_history[-1]["env_steps"] != c.env_steps:
+        evaluate_and_keep_best(run)
+    clock_train_time(run)
+    llm = run.llm.metrics() if run.llm is not None else {}
+    for budget in due:
+        best = (run.dir / "best.pt").read_bytes()
+        atomic_write(run.dir / f"best-{budget}.pt", lambda f: f.write(best))
+        c.kept_best.append({"env_steps": budget, "decisions": c.decisions, "updates": c.updates,
+                            "train_seconds": c.train_seconds,
+                            **({"llm_calls": llm["llm/calls"], "llm_accepted": llm["llm/accepted"]} if llm else {})})
+        log.info("kept best.pt at %d environment steps as best-%d.pt", c.env_steps, budget)
+    return due
+
+
 def summary(run: Run) -> dict[str, Any]:
     """What ``train`` returns: counters, the last evaluation, time split, the learner's and workers' rates
     (``rates``: :meth:`Throughput.summary`, what a throughput benchmark reads) and (ACE) the LLM's totals."""
@@ -362,7 +395,7 @@ def summary(run: Run) -> dict[str, Any]:
     split = {**run.time_split, "safe_rule_simulate": run.safe_rule_seconds}
     out = {"env_steps": c.env_steps, "decisions": c.decisions, "updates": c.updates, "episodes": c.episodes,
            "best_survival": c.best_survival, "last_eval": last, "train_seconds": c.train_seconds,
-           "time_split": split, "run_dir": str(run.dir)}
+           "time_split": split, "kept_best": list(c.kept_best), "run_dir": str(run.dir)}
     if run.throughput is not None:
         out["rates"] = run.throughput.summary()
     if run.llm is not None:

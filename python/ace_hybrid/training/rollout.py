@@ -62,13 +62,17 @@ from ace_hybrid.grid.rules import SafeRule, in_danger
 from ace_hybrid.sampling import SamplingGenerator
 from ace_hybrid.training.run import Acting, Pending, Run, build_acting
 
-__all__ = ["Budget", "Dealer", "PolicyWeights", "RolloutWorker", "TransitionBatch", "WorkerSpec", "episode_of",
-           "exploration_seed", "plan_workers", "policy_weights", "session_budget"]
+__all__ = ["Budget", "Dealer", "Grant", "PolicyWeights", "RolloutWorker", "TransitionBatch", "WorkerSpec",
+           "episode_of", "exploration_seed", "next_hold", "plan_workers", "policy_weights", "session_budget"]
 
-TIMERS = ("env", "reset", "act", "tutor", "llm", "safe_rule_simulate", "busy")
+TIMERS = ("env", "reset", "act", "tutor", "llm", "safe_rule_simulate", "busy", "blocked")
 """Seconds a worker reports per batch: environment steps, resets, the policy's forward passes, the tutor's
-simulations, ACE's environment copies, the safe rule's simulations, and the whole batch ("busy": the rest of its wall
-time, the worker waited to hand a batch over or for its next call)."""
+simulations, ACE's environment copies, the safe rule's simulations, the whole batch ("busy"), and the time it was
+blocked ("blocked": since its previous batch was made -- handing it over to a full queue, or waiting for the next
+call, while the learner is behind -- and at a ``train.keep_best_at`` budget while the learner evaluates)."""
+HOLD_POLL_SECONDS = 1.0
+"""How long :meth:`RolloutWorker.collect` waits at a budget for steps before it returns an empty batch (so that a
+worker process still reads its commands)."""
 
 
 class PolicyWeights(NamedTuple):
@@ -122,33 +126,61 @@ class Budget:
     first_step: int
     total_steps: int
     first_episode: int
+    until: int | None = None
+    """Steps are granted up to this one (None: ``total_steps``) until the learner moves it on
+    (:meth:`Dealer.grant_until`): the run's next ``train.keep_best_at`` budget, where the workers wait while the
+    learner evaluates, so that the evaluation sees exactly that many steps."""
+
+
+class Grant(NamedTuple):
+    """What :meth:`Dealer.steps` hands out."""
+
+    first: int
+    """Index in the run of the first step granted."""
+    steps: int
+    """How many (0: none now; the workers wait at a budget, or the budget is spent)."""
+    last: bool
+    """The step budget is spent with these: no steps come after them."""
 
 
 class Dealer:
-    """Hands out a session's :class:`Budget`: episode ids one at a time, environment steps in chunks.
+    """Hands out a session's :class:`Budget`: episode ids one at a time, environment steps in chunks, never past
+    ``until``.
 
-    In-process by default; :meth:`shared` keeps the two counters in shared memory behind a lock, for worker
-    processes (pickled to them when they start), and the Ray executor runs one as an actor.
+    In-process by default; :meth:`shared` keeps the counters in shared memory behind a lock, for worker processes
+    (pickled to them when they start), and the Ray executor runs one as an actor.
     """
 
     def __init__(self, budget: Budget, counts: Any = None, lock: Any = None) -> None:
-        self.total_steps = int(budget.total_steps)
-        self._counts = counts if counts is not None else [0, 0]
-        self._counts[0], self._counts[1] = int(budget.first_step), int(budget.first_episode)
+        self._counts = counts if counts is not None else [0, 0, 0, 0]  # next step, next episode, until, total
         self._lock = lock if lock is not None else contextlib.nullcontext()
+        self.reset(budget)
 
     @classmethod
     def shared(cls, ctx: Any, budget: Budget) -> Dealer:
         """A dealer whose counters live in shared memory (``ctx``: a multiprocessing context)."""
-        return cls(budget, ctx.RawArray("q", 2), ctx.Lock())
+        return cls(budget, ctx.RawArray("q", 4), ctx.Lock())
 
-    def steps(self, want: int) -> tuple[int, int]:
-        """Up to ``want`` more steps: (index in the run of the first, how many; 0 once the budget is spent)."""
+    def reset(self, budget: Budget) -> None:
+        """Deal ``budget`` from now on (a dealer made before the session's budget was known)."""
         with self._lock:
-            first = int(self._counts[0])
-            granted = max(0, min(int(want), self.total_steps - first))
+            total = int(budget.total_steps)
+            until = total if budget.until is None else min(int(budget.until), total)
+            self._counts[:] = [int(budget.first_step), int(budget.first_episode), until, total]
+
+    def steps(self, want: int) -> Grant:
+        """Up to ``want`` more steps, none past ``until`` (see :class:`Grant`)."""
+        with self._lock:
+            first, until, total = int(self._counts[0]), int(self._counts[2]), int(self._counts[3])
+            granted = max(0, min(int(want), until - first))
             self._counts[0] = first + granted
-        return first, granted
+        return Grant(first, granted, first + granted >= total)
+
+    def grant_until(self, step: int) -> None:
+        """Let the steps up to ``step`` (at most the total) be granted: the learner has evaluated at the budget
+        where the workers waited."""
+        with self._lock:
+            self._counts[2] = min(int(step), int(self._counts[3]))
 
     def episode(self) -> int:
         """The next episode id."""
@@ -170,9 +202,17 @@ def exploration_seed(seed: int, k: int) -> int:
 
 
 def session_budget(run: Run) -> Budget:
-    """The rest of ``run``: its remaining steps, and episode ids from where its last session's stopped."""
+    """The rest of ``run``: its remaining steps, and episode ids from where its last session's stopped; steps are
+    granted up to :func:`next_hold`."""
     c = run.counters
-    return Budget(c.env_steps, run.cfg.train.total_env_steps, max(c.next_episode, c.episodes))
+    return Budget(c.env_steps, run.cfg.train.total_env_steps, max(c.next_episode, c.episodes), next_hold(run))
+
+
+def next_hold(run: Run) -> int:
+    """Where the workers wait next: the first ``train.keep_best_at`` budget not kept yet (the learner evaluates
+    there and keeps ``best-<steps>.pt``), else the step budget."""
+    kept = {k["env_steps"] for k in run.counters.kept_best}
+    return min([b for b in run.cfg.train.keep_best_at if b not in kept] + [run.cfg.train.total_env_steps])
 
 
 def plan_workers(run: Run) -> list[WorkerSpec]:
@@ -229,6 +269,8 @@ class RolloutWorker:
         self.sink = sink if sink is not None else self._keep
         self.batch_steps = int(batch_steps or cfg.train.worker_batch_steps)
         self.version = -1
+        self._returned: float | None = None
+        """When the last :meth:`collect` returned (the start of the time blocked before the next)."""
         self._explore: SamplingGenerator | None = None
         self._obs: Any = None
         self._pending: Pending | None = None
@@ -255,19 +297,33 @@ class RolloutWorker:
         started = time.perf_counter()
         self._rows, self._completed, self._started, self._finished = [], 0, [], []
         self._seconds = dict.fromkeys(TIMERS, 0.0)
+        self._seconds["blocked"] = started - self._returned if self._returned is not None else 0.0
         simulate_before = self.safe_rule.simulate_seconds
-        first, granted = self.dealer.steps(self.batch_steps)
-        for i in range(granted):
+        grant = self._grant()
+        for i in range(grant.steps):
             if self._obs is None:
                 self._start_episode()
-            self._step(first + i)
-        last = granted < self.batch_steps
-        if last and self._obs is not None:
+            self._step(grant.first + i)
+        if grant.last and self._obs is not None:
             self._end_episode(blackout=False)
         self._seconds["safe_rule_simulate"] = self.safe_rule.simulate_seconds - simulate_before
-        self._seconds["busy"] = time.perf_counter() - started
-        return TransitionBatch(self.spec.index, self._rows, self._completed, granted, self._started, self._finished,
-                               self._seconds, last)
+        self._returned = time.perf_counter()
+        self._seconds["busy"] = self._returned - started
+        return TransitionBatch(self.spec.index, self._rows, self._completed, grant.steps, self._started,
+                               self._finished, self._seconds, grant.last)
+
+    def _grant(self) -> Grant:
+        """The dealer's next steps; at a budget where the learner evaluates, wait for them (counted as blocked) up to
+        :data:`HOLD_POLL_SECONDS`."""
+        t0 = time.perf_counter()
+        grant = self.dealer.steps(self.batch_steps)
+        held = not grant.steps and not grant.last
+        while not grant.steps and not grant.last and time.perf_counter() - t0 < HOLD_POLL_SECONDS:
+            time.sleep(0.005)
+            grant = self.dealer.steps(self.batch_steps)
+        if held:
+            self._seconds["blocked"] += time.perf_counter() - t0
+        return grant
 
     def close(self) -> None:
         """Drop the pending decision (its environment copy is closed) and, when the worker built it, its

@@ -49,6 +49,9 @@ class Counters:
     best_survival: float = -1.0
     train_seconds: float = 0.0
     eval_history: list[dict[str, Any]] = field(default_factory=list)
+    kept_best: list[dict[str, Any]] = field(default_factory=list)
+    """One entry per ``train.keep_best_at`` budget reached (``best-<env_steps>.pt`` written): the run's env_steps,
+    decisions, updates, train_seconds (and, ACE, llm_calls and llm_accepted) at that step."""
 
 
 @dataclass
