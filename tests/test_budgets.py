@@ -1,5 +1,5 @@
 """Budget checkpoints: one training kept at several budgets (train.keep_best_at -> best-<steps>.pt, an evaluation
-exactly then, resumable)."""
+exactly then, resumable), and experiments that test each budget as its own table row from the one training."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ import pytest
 pytest.importorskip("grid2op")
 pytest.importorskip("torch")
 
+from ace_hybrid import experiment as ex  # noqa: E402
 from ace_hybrid.config import load_config  # noqa: E402
+from ace_hybrid.report import write_report  # noqa: E402
 from ace_hybrid.training import loop  # noqa: E402
 from ace_hybrid.training.checkpoint import load_checkpoint_file  # noqa: E402
 from ace_hybrid.training.loop import TrainingInterrupted, train  # noqa: E402
@@ -77,3 +79,74 @@ def test_a_resumed_run_neither_loses_nor_recomputes_its_budgets(tmp_path: Path,
     assert evaluated_at(run).count(100) == 1 and {200, 300} <= set(evaluated_at(run))
     with pytest.raises(ValueError, match=r"train.keep_best_at = \[100, 200, 300\] is invalid: .* = 250"):
         train(None, run, resume=True, total_env_steps=250)
+
+
+BUDGET_ROWS = """
+rows = [{ name = "DoNothing", kind = "do-nothing" }, { name = "Greedy", kind = "greedy" },
+        { name = "SAC-only", kind = "sac-only", deploy_topk = [0, 2] }]
+"""
+
+
+def write_budget_experiment(path: Path) -> Path:
+    """A tiny experiment whose SAC row trains once to 200 steps and is tested at 100 and 200 (the file's
+    ``train.total_env_steps`` is replaced by the largest budget)."""
+    top = {"name": "tiny-budgets", "config": str(REPO / "configs" / "l2rpn_case14_sandbox.toml"),
+           "set": [*tiny_settings.TINY, "env.deploy_topk=2", "train.checkpoint_every=50", "train.eval_every=60",
+                   "log.tensorboard=false", "train.total_env_steps=5000"],
+           "seeds": [0], "test_pairs": [[0, 0], [1, 1]], "test_max_steps": 30, "greedy_budget": 3,
+           "budgets": [100, 200],
+           "primary": [["SAC-only @ 100 (policy alone)", "DoNothing"], ["sac-only-200-top2", "sac-only-100-top2"]]}
+    path.write_text("".join(f"{key} = {json.dumps(value)}\n" for key, value in top.items()) + BUDGET_ROWS)
+    return path
+
+
+def test_budget_rows_share_one_training_and_resume_without_retraining(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = ex.load_experiment(write_budget_experiment(tmp_path / "tiny.toml"))
+    ids = [r.id for r in spec.rows if r.trains]
+    assert ids == ["sac-only-100-alone", "sac-only-100-top2", "sac-only-200-alone", "sac-only-200-top2"]
+    assert [r.name for r in spec.rows if r.trains][:2] == ["SAC-only @ 100 (policy alone)", "SAC-only @ 100 + top-2 check"]
+    assert [(p.a, p.b) for p in spec.primaries] == [("sac-only-100-alone", "donothing"),
+                                                  ("sac-only-200-top2", "sac-only-100-top2")]
+    cfg = spec.row_config(spec.rows[-1], 0)
+    assert cfg.train.total_env_steps == 200 and cfg.train.keep_best_at == [100, 200]
+
+    out = tmp_path / "out"
+    trained = []
+    original = ex.cells.train_cell
+    monkeypatch.setattr(ex.cells, "train_cell", lambda *a, **k: (trained.append(a[1]), original(*a, **k))[1])
+    result = ex.run_experiment(spec, out, progress=False, draws=200)
+    assert trained == [out / "runs" / "sac-only-seed0"]  # one training for the four rows
+    assert sorted(p.name for p in (out / "runs").iterdir()) == ["sac-only-seed0"]
+    assert {"best-100.pt", "best-200.pt"} <= {p.name for p in (out / "runs" / "sac-only-seed0").iterdir()}
+    cells = {c["cell"]: c for c in result["cells"]}
+    assert cells["sac-only-100-alone-seed0"]["metrics"]["env_steps"] == 100
+    assert cells["sac-only-200-top2-seed0"]["metrics"]["env_steps"] == 200
+    assert cells["sac-only-100-top2-seed0"]["budget"] == 100
+    assert (cells["sac-only-100-alone-seed0"]["metrics"]["train_seconds"]
+            < cells["sac-only-200-alone-seed0"]["metrics"]["train_seconds"])
+    rows = {r["id"]: r for r in result["rows"]}
+    assert rows["sac-only-200-top2"]["budget"] == 200 and rows["donothing"]["budget"] is None
+    why = {(c["a"], c["b"]): c["why"] for c in result["comparisons"]}
+    assert why[("sac-only-100-top2", "sac-only-100-alone")] == "the top-k check's share"
+    assert ("sac-only-200-top2", "sac-only-100-alone") not in why  # the check's share within one budget only
+    assert "budget" in (out / "results.csv").read_text().splitlines()[0].split(",")
+
+    report = write_report(out).read_text()
+    assert "## Survival against the training budget" in report and (out / "figures" / "budget_curve.png").is_file()
+
+    # A cell to redo reuses the training: nothing is trained again.
+    (out / "cells" / "sac-only-200-alone-seed0.json").unlink()
+    again = ex.run_experiment(ex.load_experiment(tmp_path / "tiny.toml"), out, progress=False, draws=200)
+    assert again["ran"] == ["sac-only-200-alone-seed0"] and trained == [out / "runs" / "sac-only-seed0"]
+
+
+def test_budgets_belong_to_the_sac_rows(tmp_path: Path) -> None:
+    bad = write_budget_experiment(tmp_path / "bad.toml")
+    bad.write_text(bad.read_text().replace('deploy_topk = [0, 2] }', 'deploy_topk = [0, 2] },\n'
+                                           '        { name = "Tutor", kind = "tutor", budgets = [100] }'))
+    with pytest.raises(ValueError, match=r"rows\[3\]\.budgets \(row 'Tutor'\): kind 'tutor' keeps no best.pt"):
+        ex.load_experiment(bad)
+    bad.write_text(bad.read_text().replace("budgets = [100, 200]", "budgets = [100, 100]"))
+    with pytest.raises(ValueError, match=r"budgets = \[100, 100\] must be a list of distinct"):
+        ex.load_experiment(bad)

@@ -12,6 +12,8 @@ Figures (PNG, matplotlib's Agg canvas, no display needed), written to ``DIR/figu
 - ``test_survival.png``: survival on the held-out test episodes per row, with 95% bootstrap intervals as error bars;
 - ``differences.png``: the paired differences in survival, with their 95% intervals as error bars and 0 marked;
 - ``per_episode.png``: survival on each held-out test episode per row (mean over seeds), the data behind both;
+- ``budget_curve.png`` (experiments with ``budgets``): test survival with its 95% band against the environment steps
+  each row was trained for (one training tested at several budgets), baselines as horizontal lines;
 - ``learning_curves.png``: survival on the checkpoint-selection pairs (``env.eval_pairs``) against environment
   steps, per training row and seed (from each run's ``metrics.jsonl``);
 - ``llm.png``: cumulative LLM calls and acceptance rate over training (``llm/*`` lines of ``metrics.jsonl``);
@@ -214,6 +216,47 @@ def plot_per_episode(results: dict[str, Any], fig_dir: Path) -> str:
     fig.savefig(fig_dir / "per_episode.png", dpi=110)
     return ("![survival per episode](figures/per_episode.png)\n\nThe per-episode values behind the intervals "
             "(results.json keeps each one per seed).")
+
+
+_BASELINE_STYLES = {"greedy": ("black", "--"), "tutor": ("tab:brown", "-."), "do-nothing": ("0.5", ":")}
+
+
+def plot_budget_curve(results: dict[str, Any], fig_dir: Path) -> str | None:
+    """Test survival (pooled value and 95% bootstrap band, as the table) against each row's training budget: one
+    line per training and deployment (solid: the policy alone, dashed: with the top-k check), the baselines as
+    horizontal lines; None when no row has a budget."""
+    rows = [r for r in results.get("rows", []) if r.get("budget") and r["metrics"]["survival_rate"].get("lo")
+            is not None]
+    if not rows:
+        return None
+    colors = _colors(results)
+    fig, ax = _figure(8.0, 4.5)
+    lines: dict[tuple[str, Any], list[dict[str, Any]]] = {}
+    for r in rows:
+        lines.setdefault((r["train_id"], r.get("deploy_topk")), []).append(r)
+    for (train_id, topk), group in lines.items():
+        group.sort(key=lambda r: r["budget"])
+        xs = [r["budget"] for r in group]
+        stats = [r["metrics"]["survival_rate"] for r in group]
+        color = colors[next(r["id"] for r in results["rows"] if r.get("train_id") == train_id)]  # one per training
+        check = f" + top-{topk} check" if topk else (" (policy alone)" if topk == 0 else "")
+        ax.plot(xs, [st["value"] for st in stats], marker="o", color=color, linestyle="--" if topk else "-",
+                label=f"{group[0].get('train_name', train_id)}{check}")
+        ax.fill_between(xs, [st["lo"] for st in stats], [st["hi"] for st in stats], color=color, alpha=0.15)
+    for r in results.get("rows", []):
+        if r.get("kind") in _BASELINE_STYLES and _mean(r, "survival_rate") is not None:
+            color, style = _BASELINE_STYLES[r["kind"]]
+            ax.axhline(_mean(r, "survival_rate"), color=color, linestyle=style, linewidth=1.0, label=r["name"])
+    ax.set(xlabel="environment steps of training", ylabel="survival on the held-out test episodes",
+           ylim=(-0.02, 1.02), title="Survival against the training budget")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    fig.savefig(fig_dir / "budget_curve.png", dpi=110)
+    return ("![budget curve](figures/budget_curve.png)\n\nEach training row trained once, to its largest budget, and "
+            "tested at each budget from best.pt as it was then (chosen on env.eval_pairs from the evaluations up to "
+            "that step: best-<steps>.pt). Lines: survival pooled over test pairs and seeds; bands: the 95% bootstrap "
+            "intervals of the table (test pairs x seeds); solid: the policy alone, dashed: with the top-k check; "
+            "horizontal lines: the baselines, which do not train.")
 
 
 _SEED_STYLES = ("-", "--", ":", "-.")
@@ -528,6 +571,9 @@ def write_report(out_dir: str | Path) -> Path:
     if _has_intervals(results):
         parts += ["## Paired differences in survival", "", differences_markdown(results.get("comparisons") or []), "",
                   plot_differences(results, fig_dir), ""]
+    budget_curve = plot_budget_curve(results, fig_dir)
+    if budget_curve is not None:
+        parts += ["## Survival against the training budget", "", budget_curve, ""]
     parts += ["## Simulations at deployment", "", deployment_costs(results), "",
               "## Survival per held-out episode", "", plot_per_episode(results, fig_dir), "",
               "## Learning curves", "", plot_learning_curves(results, out, fig_dir), "",

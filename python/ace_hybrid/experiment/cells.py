@@ -1,8 +1,8 @@
 """One cell of the table: one row and one seed, trained (training rows) and tested on the held-out pairs.
 
 A training row has one cell per seed: train into ``<out>/runs/<id>-seed<k>`` (a half-done run is resumed from its
-last checkpoint; rows made by one ``deploy_topk`` share it), then test ``best.pt`` (chosen on ``env.eval_pairs``) on
-``test_pairs``. A baseline row has one cell: its agents are deterministic on fixed episodes, so further seeds would
+last checkpoint; rows made by one ``deploy_topk`` or ``budgets`` share it), then test ``best.pt`` (chosen on
+``env.eval_pairs``; a budget's row ``best-<steps>.pt``, best.pt as it was then) on ``test_pairs``. A baseline row has one cell: its agents are deterministic on fixed episodes, so further seeds would
 repeat the same numbers. Each cell's record carries a fingerprint of what its result depends on, so a finished cell
 is reused only under the same configuration. A ``maskable-ppo`` row trains sb3-contrib's MaskablePPO instead
 (:mod:`ace_hybrid.training.ppo`): a finished model in its run directory is reused, a half-done one trained anew
@@ -62,6 +62,8 @@ def fingerprint(spec: ExperimentSpec, row: RowSpec, cfg: Config) -> str:
             "greedy_budget": spec.greedy_budget if row.kind == "greedy" else None}
     if row.topk is not None:
         what["deploy_topk"] = row.topk
+    if row.budget is not None:
+        what["budget"] = row.budget
     if row.ppo is not None:
         what["ppo"] = row.ppo.to_dict()
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
@@ -140,7 +142,7 @@ def _training(cfg: Config, row: RowSpec, run_dir: Path, known: dict[str, Any] | 
         return known["train"]
     summary, resumed = train_cell(cfg, run_dir, row.ppo)
     info = {k: summary.get(k) for k in ("env_steps", "decisions", "updates", "episodes", "best_survival",
-                                        "train_seconds", "time_split", "last_eval")}
+                                        "train_seconds", "time_split", "last_eval", "kept_best")}
     info["llm"] = dict(summary.get("llm") or {})
     info["resumed"] = resumed
     return info
@@ -166,7 +168,7 @@ def run_cell(spec: ExperimentSpec, row: RowSpec, seed: int | None, cfg: Config, 
         known = (trained or {}).get((run_rel, training_fingerprint(cfg, row.ppo)))
         train_info = _training(cfg, row, out / run_rel, known)
         policy = (f"maskable-ppo:{out / run_rel}" if row.kind == "maskable-ppo"
-                  else f"checkpoint:{out / run_rel / 'best.pt'}")
+                  else f"checkpoint:{out / run_rel / best_file(row)}")
         agent = make_agent(policy, test_env, topk=row.topk, cfg=cfg)
     else:
         agent = baseline_agent(row.kind, test_env, cfg, spec.greedy_budget)
@@ -179,18 +181,10 @@ def run_cell(spec: ExperimentSpec, row: RowSpec, seed: int | None, cfg: Config, 
                       "seconds": float(getattr(agent, "llm_seconds", 0.0))}
     else:
         report_llm = None
-    uses_llm = row.trains and cfg.llm.backend != "none"
-    llm = (train_info or {}).get("llm", {})
-    metrics = {
-        **episode_metrics(test["episodes"]),
-        "env_steps": train_info["env_steps"] if train_info else None,
-        "llm_calls": int(llm.get("calls", 0)) if uses_llm else None,
-        "llm_accepted": int(llm.get("accepted", 0)) if uses_llm else None,
-        "train_seconds": train_info["train_seconds"] if train_info else None,
-    }
+    metrics = {**episode_metrics(test["episodes"]), **_training_costs(row, cfg, train_info)}
     return {
         "cell": cell_id(row, seed), "row": row.id, "name": row.name, "kind": row.kind, "seed": seed,
-        "train_id": row.train_id, "deploy_topk": row.topk,
+        "train_id": row.train_id, "deploy_topk": row.topk, "budget": row.budget,
         "fingerprint": fingerprint(spec, row, cfg),
         "train_fingerprint": training_fingerprint(cfg, row.ppo) if row.trains else None,
         "env": cfg.env.name, "llm_backend": cfg.llm.backend,
@@ -198,3 +192,28 @@ def run_cell(spec: ExperimentSpec, row: RowSpec, seed: int | None, cfg: Config, 
         "run_dir": run_rel, "started": started, "finished": time.time(), "metrics": metrics,
         "train": train_info, "test": test, "test_llm": report_llm, "config": cfg.to_dict(),
     }
+
+
+def best_file(row: RowSpec) -> str:
+    """The checkpoint a training row tests: ``best-<steps>.pt`` at its budget, else ``best.pt``."""
+    return "best.pt" if row.budget is None else f"best-{row.budget}.pt"
+
+
+def _training_costs(row: RowSpec, cfg: Config, train_info: dict[str, Any] | None) -> dict[str, Any]:
+    """What the tested policy's training cost: the whole run's, or what was spent by the row's budget (as
+    ``kept_best`` recorded it)."""
+    if train_info is None:
+        return {"env_steps": None, "llm_calls": None, "llm_accepted": None, "train_seconds": None}
+    uses_llm = cfg.llm.backend != "none"
+    llm = train_info.get("llm") or {}
+    costs = {"env_steps": train_info["env_steps"], "train_seconds": train_info["train_seconds"],
+             "llm_calls": llm.get("calls", 0), "llm_accepted": llm.get("accepted", 0)}
+    if row.budget is not None:
+        at = next((k for k in train_info.get("kept_best") or [] if k["env_steps"] == row.budget), None)
+        if at is None:
+            raise ValueError(f"row {row.name!r}: its training kept no best.pt at {row.budget} steps "
+                             f"(train.keep_best_at); delete its run directory to train it again")
+        costs.update({k: at.get(k, 0) for k in ("env_steps", "train_seconds", "llm_calls", "llm_accepted")})
+    for key in ("llm_calls", "llm_accepted"):
+        costs[key] = int(costs[key]) if uses_llm else None
+    return costs

@@ -13,6 +13,7 @@ An experiment file (TOML) names the environment configuration, the held-out test
     greedy_budget = 30                                    # simulations per decision of the greedy expert
     primary = [["ACE (policy alone)", "SAC-only (policy alone)"],   # A - B, named before the run: Holm-corrected
                ["each trained row (policy alone)", "DoNothing"]]
+    budgets = [20000, 40000, 100000]                      # optional: train once to the largest, test at each
 
     [[rows]]
     name = "ACE w/o actor"   # display name
@@ -21,6 +22,7 @@ An experiment file (TOML) names the environment configuration, the held-out test
     id = "ace-no-actor"      # file name of its cells (default: the name, lowercased, '-' for other characters)
     set = ["ace.actor=false"]
     deploy_topk = [0, 8]     # training rows only: one table row per value, all from the same training
+    budgets = [20000, 100000]  # replaces the file's budgets for this row ([]: none)
     ppo = { n_steps = 128 }  # maskable-ppo rows only: MaskablePPO's hyperparameters (experiment.ppo_settings)
 
 A row's configuration is: the config file, then ``set``, then ``ace_set`` (LLM rows), then the command line's
@@ -47,6 +49,14 @@ difference between them is the check's share. ``best.pt`` itself is chosen on ``
 tested with its run's own ``env.deploy_topk``. ``--rows ID`` keeps every row made from ``ID``; ``--rows ID-top8``
 just that one.
 
+``budgets``. The file's (or a row's own) ``budgets`` train each SAC row (sac-only, expert-guided, ace) once, to the
+largest (it sets ``train.total_env_steps``), keeping ``best-<steps>.pt`` at each (``train.keep_best_at``: an
+evaluation on ``env.eval_pairs`` exactly then, and best.pt as it was, chosen on what was known by then), and test each
+as its own table row, as if training had stopped there: "NAME @ 20K" (id ``ID-20k``), and with ``deploy_topk`` "NAME @
+20K (policy alone)" (``ID-20k-alone``) and "NAME @ 20K + top-8 check" (``ID-20k-top8``). Every budget's rows share
+the one training per seed (``runs/ID-seed<k>``); their training costs (steps, time, LLM calls) are those spent by
+that budget. A maskable-ppo row keeps no checkpoints: it takes no ``budgets`` of its own and ignores the file's.
+
 ``validation_pairs``. Configurations (budget, action set, updates per decision, r_bar, ...) are chosen on these,
 never on the test pairs: ``ace-hybrid experiment --on validation`` (``on="validation"``) tests every row on them
 instead and writes ``results-validation.{json,csv,md}`` from ``cells-validation/``, apart from the test results; the
@@ -56,7 +66,8 @@ trained runs in ``runs/`` are shared by the two. Test pairs, validation pairs an
 
 ``primary``. The comparisons the experiment is run to decide, named before it runs: a list of ``[A, B]`` (A − B in
 survival), each a table row's display name or id (a row with ``deploy_topk`` is named by one of its table rows:
-"ACE (policy alone)" / ``ace-alone``, "ACE + top-7 check" / ``ace-top7``). :data:`EACH_TRAINED` names every
+"ACE (policy alone)" / ``ace-alone``, "ACE + top-7 check" / ``ace-top7``; with budgets "ACE @ 20K (policy alone)" /
+``ace-20k-alone``). :data:`EACH_TRAINED` names every
 training table row at once, :data:`EACH_TRAINED_ALONE` every one tested by its policy alone (``deploy_topk`` 0):
 ``["each trained row (policy alone)", "DoNothing"]`` compares each with doing nothing. They are one family, Holm
 corrected (:func:`~ace_hybrid.experiment.statistics.holm`); every other comparison is exploratory. A name that is no
@@ -98,11 +109,13 @@ EACH_TRAINED_ALONE = "each trained row (policy alone)"
 """In ``primary``: every training table row that tests the policy alone (``deploy_topk`` value 0)."""
 
 _TOP_KEYS = {"name", "description", "config", "set", "ace_set", "seeds", "test_pairs", "validation_pairs",
-             "test_max_steps", "greedy_budget", "rows", "primary"}
+             "test_max_steps", "greedy_budget", "rows", "primary", "budgets"}
 ON = ("test", "validation")
 """The pairs an experiment can test its rows on (``--on``): the held-out test pairs, or the validation pairs on which
 configurations are chosen."""
-_ROW_KEYS = {"name", "id", "kind", "set", "deploy_topk", "ppo"}
+_ROW_KEYS = {"name", "id", "kind", "set", "deploy_topk", "ppo", "budgets"}
+BUDGET_KINDS: tuple[str, ...] = ("sac-only", "expert-guided", "ace")
+"""Training rows that keep a best.pt per budget (``budgets``); MaskablePPO keeps no checkpoints."""
 _ID = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 
 
@@ -126,6 +139,10 @@ class RowSpec:
     """Display name of that training (the name in the experiment file)."""
     ppo: PPOSettings | None = None
     """MaskablePPO's hyperparameters (``maskable-ppo`` rows only)."""
+    budget: int | None = None
+    """The environment steps whose ``best-<steps>.pt`` this row tests (None: best.pt at the end)."""
+    budgets: tuple[int, ...] = ()
+    """Every budget of this row's training (``train.keep_best_at``; the largest is ``train.total_env_steps``)."""
 
     def __post_init__(self) -> None:
         self.train_id = self.train_id or self.id
@@ -194,6 +211,8 @@ class ExperimentSpec:
         overrides += self.cli_overrides + row.overrides
         if row.kind in NO_LLM_KINDS:
             overrides.append("llm.backend=none")
+        if row.budgets:
+            overrides += [f"train.total_env_steps={max(row.budgets)}", f"train.keep_best_at={list(row.budgets)}"]
         if seed is not None:
             overrides += [f"train.seed={seed}", f"llm.seed={seed}"]
         try:
@@ -249,11 +268,35 @@ def _int(value: Any, where: str, low: int) -> int:
     return value
 
 
+def budget_label(steps: int) -> str:
+    """A budget as table rows name it: 20000 -> "20K", 2500 -> "2.5K", 2000000 -> "2M", 150 -> "150"."""
+    if steps >= 1_000_000 and steps % 100_000 == 0:
+        return f"{steps / 1_000_000:g}M"
+    return f"{steps / 1000:g}K" if steps >= 1000 and steps % 100 == 0 else str(steps)
+
+
 def deployed_rows(row_id: str, name: str, kind: str, overrides: list[str], topks: Any, where: str,
-                  ppo: PPOSettings | None = None) -> list[RowSpec]:
-    """The table rows of one training row: one per ``deploy_topk`` value, or the row itself without one."""
-    if topks is None:
-        return [RowSpec(row_id, name, kind, overrides, ppo=ppo)]
+                  ppo: PPOSettings | None = None, budgets: Sequence[int] = ()) -> list[RowSpec]:
+    """The table rows of one training row: one per budget and ``deploy_topk`` value, or the row itself without
+    either."""
+    if topks is not None:
+        _check_topks(topks, kind, name, where)
+    rows = []
+    for budget in sorted(budgets) or [None]:
+        label = "" if budget is None else budget_label(budget)
+        rid, rname = (row_id, name) if budget is None else (f"{row_id}-{label.lower()}", f"{name} @ {label}")
+        common = {"train_id": row_id, "train_name": name, "ppo": ppo, "budget": budget, "budgets": tuple(budgets)}
+        if topks is None:
+            rows.append(RowSpec(rid, rname, kind, overrides, **common))
+            continue
+        alone = f"{rname[:-1]}, policy alone)" if rname.endswith(")") else f"{rname} (policy alone)"
+        rows += [RowSpec(f"{rid}-alone", alone, kind, overrides, topk=0, **common) if k == 0 else
+                 RowSpec(f"{rid}-top{k}", f"{rname} + top-{k} check", kind, overrides, topk=k, **common)
+                 for k in topks]
+    return rows
+
+
+def _check_topks(topks: Any, kind: str, name: str, where: str) -> None:
     if kind not in TRAINING_KINDS:
         raise ValueError(f"{where}.deploy_topk (row {name!r}): kind {kind!r} trains no policy; deploy_topk belongs to "
                          f"the training rows ({', '.join(TRAINING_KINDS)})")
@@ -262,11 +305,26 @@ def deployed_rows(row_id: str, name: str, kind: str, overrides: list[str], topks
             or len(set(topks)) != len(topks)):
         raise ValueError(f"{where}.deploy_topk = {topks!r} (row {name!r}) must be a non-empty list of distinct "
                          f"integers >= 0, e.g. [0, 8] (0: the policy alone)")
-    alone = f"{name[:-1]}, policy alone)" if name.endswith(")") else f"{name} (policy alone)"
-    return [RowSpec(f"{row_id}-alone", alone, kind, overrides, topk=0, train_id=row_id, train_name=name, ppo=ppo)
-            if k == 0 else RowSpec(f"{row_id}-top{k}", f"{name} + top-{k} check", kind, overrides, topk=k,
-                                   train_id=row_id, train_name=name, ppo=ppo)
-            for k in topks]
+
+
+def _budgets(value: Any, where: str) -> list[int]:
+    """A ``budgets`` list: distinct environment-step counts >= 1 ([] allowed: none)."""
+    if (not isinstance(value, list) or len(set(value)) != len(value)
+            or not all(isinstance(b, int) and not isinstance(b, bool) and b >= 1 for b in value)):
+        raise ValueError(f"{where} = {value!r} must be a list of distinct environment-step counts >= 1, e.g. "
+                         f"[20000, 40000, 100000]")
+    return sorted(value)
+
+
+def _row_budgets(raw: dict[str, Any], kind: str, name: str, where: str, file_budgets: list[int]) -> list[int]:
+    """A row's budgets: its own ``budgets``, else the file's (SAC rows only)."""
+    if "budgets" not in raw:
+        return file_budgets if kind in BUDGET_KINDS else []
+    budgets = _budgets(raw["budgets"], f"{where}.budgets")
+    if budgets and kind not in BUDGET_KINDS:
+        raise ValueError(f"{where}.budgets (row {name!r}): kind {kind!r} keeps no best.pt per budget; budgets belong "
+                         f"to the rows of kinds {', '.join(BUDGET_KINDS)}")
+    return budgets
 
 
 def load_experiment(path: str | Path, overrides: Sequence[str] = (), *, rows: Sequence[str] | None = None,
@@ -312,7 +370,7 @@ def load_experiment(path: str | Path, overrides: Sequence[str] = (), *, rows: Se
     if on == "validation" and not validation_pairs:
         raise ValueError(f"--on validation: {path.name} has no validation_pairs; add a list of [scenario, seed] "
                          f"disjoint from test_pairs, env.eval_pairs and the training seeds")
-    every_row = _table_rows(data, path)
+    every_row = _table_rows(data, path, _budgets(data.get("budgets", []), "budgets"))
     row_specs = _selected_rows(every_row, path, rows)
     spec = ExperimentSpec(
         name=str(data.get("name", path.stem)), path=path, config=config,
@@ -382,15 +440,16 @@ def _check_disjoint(noun: str, pairs: Sequence[tuple[int, int]], other_name: str
                          f"({why}): the sets must be disjoint")
 
 
-def _table_rows(data: dict[str, Any], path: Path) -> list[RowSpec]:
-    """The table rows of the file's ``[[rows]]``, ``deploy_topk`` expanded."""
+def _table_rows(data: dict[str, Any], path: Path, budgets: list[int]) -> list[RowSpec]:
+    """The table rows of the file's ``[[rows]]``, ``budgets`` (the file's: ``budgets``) and ``deploy_topk``
+    expanded."""
     raw_rows = data.get("rows")
     if not isinstance(raw_rows, list) or not raw_rows:
         raise ValueError(f"{path}: no [[rows]]: give at least one row (kinds: {', '.join(ROW_KINDS)})")
     row_specs: list[RowSpec] = []
     train_ids: list[str] = []
     for i, raw in enumerate(raw_rows):
-        made = _file_row(raw, f"rows[{i}]")
+        made = _file_row(raw, f"rows[{i}]", budgets)
         train_ids.append(made[0].train_id)
         row_specs += made
     every = train_ids + [r.id for r in row_specs if r.id != r.train_id]
@@ -445,7 +504,7 @@ def _primaries(raw: Any, rows: list[RowSpec]) -> list[Primary]:
     return list(out.values())
 
 
-def _file_row(raw: dict[str, Any], where: str) -> list[RowSpec]:
+def _file_row(raw: dict[str, Any], where: str, file_budgets: list[int]) -> list[RowSpec]:
     """The table rows of one ``[[rows]]`` entry, checked."""
     bad = set(raw) - _ROW_KEYS
     if bad:
@@ -468,7 +527,7 @@ def _file_row(raw: dict[str, Any], where: str) -> list[RowSpec]:
                          f"MaskablePPO's hyperparameters")
     ppo = PPOSettings.from_table(raw.get("ppo", {}), f"{where} (row {name!r})") if kind == "maskable-ppo" else None
     return deployed_rows(row_id, name, kind, _str_list(raw.get("set", []), f"{where}.set"), raw.get("deploy_topk"),
-                         where, ppo)
+                         where, ppo, _row_budgets(raw, kind, name, where, file_budgets))
 
 
 def _check_held_out(spec: ExperimentSpec, row: RowSpec, cfg: Config) -> None:

@@ -135,7 +135,7 @@ def to_csv(rows: list[dict[str, Any]]) -> str:
     """results.csv: one line per row, every test metric with its interval and every training cost's mean and std."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(["id", "name", "kind", "train_id", "deploy_topk", "n"]
+    writer.writerow(["id", "name", "kind", "train_id", "deploy_topk", "budget", "n"]
                     + [f"{k}{s}" for k, *_ in TEST_METRICS for s in ("", "_lo", "_hi")]
                     + [f"{k}_{s}" for k, _, _ in TRAIN_METRICS for s in ("mean", "std")])
     for r in rows:
@@ -147,7 +147,8 @@ def to_csv(rows: list[dict[str, Any]]) -> str:
             stat = r["metrics"].get(key, {})
             values += ["" if stat.get(s) is None else repr(stat[s]) for s in ("mean", "std")]
         writer.writerow([r["id"], r["name"], r["kind"], r["train_id"],
-                         "" if r["deploy_topk"] is None else r["deploy_topk"], r["n"], *values])
+                         "" if r["deploy_topk"] is None else r["deploy_topk"],
+                         "" if r.get("budget") is None else r["budget"], r["n"], *values])
     return buf.getvalue()
 
 
@@ -160,6 +161,10 @@ def setup_text(spec: ExperimentSpec, cells: list[dict[str, Any]], draws: int, se
     deployed = sorted({c["config"]["env"]["deploy_topk"] for c in cells if c["run_dir"]})
     selection = (f" best.pt is chosen on env.eval_pairs with the run's own check (env.deploy_topk = "
                  f"{', '.join(map(str, deployed))}), also for the rows that test it alone." if deployed else "")
+    if any(c.get("budget") for c in cells):
+        selection += (" A row '@ N' tests best.pt as it was after N environment steps of the same training (an "
+                      "evaluation exactly then, best-<N>.pt), as if training had stopped there; its training costs "
+                      "are those spent by then.")
     episodes = (f"{len(spec.pairs)} held-out test episodes (scenario, seed)" if spec.on == "test" else
                 f"{len(spec.pairs)} validation episodes (scenario, seed), where configurations are chosen; the "
                 f"{len(spec.test_pairs)} test pairs are not played here")
