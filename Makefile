@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 # Dependencies are declared once, in pyproject.toml; tools/requirements.py prints them for pip.
 REQS = $(PY) tools/requirements.py
-EXTRAS := grid train llm test rl cluster
+EXTRAS := grid train llm test rl cluster docs
 # The CPU build of PyTorch, installed before anything that depends on torch (a bare requirement pulls CUDA).
 TORCH := torch==2.13.0
 CPP_BUILD := build/cpp-tests
@@ -16,11 +16,12 @@ SAN_TESTS := tests/test_replay_sampling.py tests/test_replay_storage.py tests/te
   tests/test_replay_threads.py tests/test_replay_args.py tests/test_sampling.py tests/test_sampling_bad_input.py \
   tests/test_topology.py tests/test_topology_bad_input.py tests/test_masking.py tests/test_catalog.py
 
-.PHONY: help venv install run test test-cpp test-py dev stubs bench sanitize wheel clean
+.PHONY: help venv install run test test-cpp test-py docs dev stubs bench sanitize wheel clean
 
 help:
 	@echo "make run       set up $(VENV), install the package, run experiments/make_run.toml into runs/make_run"
-	@echo "make test      set up $(VENV), build and install the package, run C++ and Python tests"
+	@echo "make test      set up $(VENV), build and install the package, run C++ and Python tests, build the docs"
+	@echo "make docs      build the documentation site into build/site (mkdocs, warnings are errors)"
 	@echo "make bench     run the benchmarks and the peer comparison (installs torch==2.13.0 and peers)"
 	@echo "make sanitize  build with ASan+UBSan and run the C++ and Python tests under them"
 	@echo "make dev       build the extension in place (PYTHONPATH=python) for quick iteration"
@@ -47,7 +48,7 @@ install: venv
 run: install
 	OMP_WAIT_POLICY=PASSIVE $(VENV)/bin/ace-hybrid experiment --config experiments/make_run.toml --out runs/make_run --jobs 2
 
-test: install test-cpp test-py
+test: install test-cpp test-py docs
 
 test-cpp: venv
 	$(VENV)/bin/cmake -S . -B $(CPP_BUILD) -G Ninja -DACE_HYBRID_CPP_TESTS=ON -DACE_HYBRID_CPP_ONLY=ON -DCMAKE_BUILD_TYPE=Debug
@@ -58,6 +59,11 @@ test-cpp: venv
 test-py: install
 	OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: the test setup is broken" >&2; exit 1; fi; exit $$rc
+
+# The documentation site (mkdocs.yml, pages under docs/): strict, so a broken link, a missing page, a module missing
+# from docs/architecture.md's map or a failing `ace-hybrid train --help-config` fails the build.
+docs: install
+	$(VENV)/bin/mkdocs build --strict -d build/site
 
 dev: venv
 	$(VENV)/bin/cmake -S . -B build/dev -G Ninja -DPython_EXECUTABLE=$(abspath $(PY)) \

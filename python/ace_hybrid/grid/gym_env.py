@@ -69,6 +69,8 @@ class GridGymEnv(gym.Env):
         this environment plays (reset attempts included) is ``(scenarios[k % len(scenarios)], seed_start + k)``, the
         order a training run plays its episodes in (``env.train_seed_start``).
 
+    Notes
+    -----
     An episode starts at its first danger state: a reset plays episodes until one reaches danger within
     ``max_steps``, and raises ``ValueError`` after :attr:`RESET_ATTEMPTS` that do not. The grid steps the safe rule
     plays meanwhile count in :attr:`grid_steps`.

@@ -201,8 +201,12 @@ class LACRanker:
     good, bad : str
         Judgement words.
 
-    Every call raises the backend's :class:`LLMError` on failure; nothing else escapes but ValueError for
-    bad arguments.
+    Raises
+    ------
+    LLMError
+        From the backend, on any failure of a call.
+    ValueError
+        For bad arguments; nothing else escapes.
     """
 
     def __init__(

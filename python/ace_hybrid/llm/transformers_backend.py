@@ -524,6 +524,8 @@ class TransformersBackend:
             if len(pair) != 2 or not isinstance(pair[1], str) or not pair[1]:
                 raise ValueError(f"pairs[{i}] = {pair!r} must be (prompt, non-empty answer)")
             as_messages(pair[0])
+        from tqdm.auto import tqdm  # a dependency of transformers
+
         torch = self._torch
         started = time.perf_counter()
         losses: list[float] = []
@@ -538,6 +540,8 @@ class TransformersBackend:
             if cfg.lora_checkpointing:
                 self._enable_checkpointing()
             self.model.train()
+            steps = epochs * -(-len(examples) // batch_size)
+            bar = tqdm(total=steps, desc="LoRA fine-tuning", unit="step", leave=False, disable=steps < 4)
             try:
                 for _ in range(epochs):
                     order = torch.randperm(len(examples), generator=generator).tolist()
@@ -549,9 +553,12 @@ class TransformersBackend:
                             raise LLMError(f"non-finite fine-tuning loss {loss}", backend=self.name, kind="model")
                         optimizer.step()
                         losses.append(loss)
+                        bar.update()
+                        bar.set_postfix(loss=f"{loss:.3f}")
                         self._stats["finetune_steps"] += 1
                         self._stats["tokens_in"] += sum(len(p) + len(a) for p, a in batch)
             finally:
+                bar.close()
                 self.model.eval()
             trainable = sum(p.numel() for p in params)
         return FinetuneStats(
