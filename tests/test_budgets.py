@@ -105,7 +105,8 @@ def test_budget_rows_share_one_training_and_resume_without_retraining(tmp_path: 
     spec = ex.load_experiment(write_budget_experiment(tmp_path / "tiny.toml"))
     ids = [r.id for r in spec.rows if r.trains]
     assert ids == ["sac-only-100-alone", "sac-only-100-top2", "sac-only-200-alone", "sac-only-200-top2"]
-    assert [r.name for r in spec.rows if r.trains][:2] == ["SAC-only @ 100 (policy alone)", "SAC-only @ 100 + top-2 check"]
+    names = [r.name for r in spec.rows if r.trains]
+    assert names[:2] == ["SAC-only @ 100 (policy alone)", "SAC-only @ 100 + top-2 check"]
     assert [(p.a, p.b) for p in spec.primaries] == [("sac-only-100-alone", "donothing"),
                                                   ("sac-only-200-top2", "sac-only-100-top2")]
     cfg = spec.row_config(spec.rows[-1], 0)

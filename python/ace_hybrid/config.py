@@ -204,6 +204,12 @@ class TrainConfig:
     worker_batch_steps: int = 100
     """Environment steps a worker takes from the run's budget and runs between two messages to the learner: more
     steps, fewer messages; fewer, fresher data and policies (workers = 0: one)."""
+    samples_per_insert: float = 0.0
+    """Workers: the learner samples this many transitions (batch_size per update) per one stored, whatever the
+    number of workers; behind, it updates while the workers wait; ahead, it waits (ace_hybrid.training.limiter). 0:
+    updates_per_decision per stored decision; workers = 0: must be 0 or updates_per_decision x sac.batch_size."""
+    samples_per_insert_tolerance: float = 0.1
+    """How far behind samples_per_insert the learner may fall (a fraction of the samples due) before workers wait."""
 
     def validate(self) -> None:
         _check(self.total_env_steps > 0, "train.total_env_steps", self.total_env_steps, "must be > 0")
@@ -231,6 +237,9 @@ class TrainConfig:
                "is read only with train.executor = 'ray'")
         _check(1 <= self.worker_batch_steps <= 100_000, "train.worker_batch_steps", self.worker_batch_steps,
                "must be in [1, 100000]")
+        _check(self.samples_per_insert >= 0, "train.samples_per_insert", self.samples_per_insert, "must be >= 0")
+        _check(0 <= self.samples_per_insert_tolerance <= 1, "train.samples_per_insert_tolerance",
+               self.samples_per_insert_tolerance, "must be in [0, 1]")
 
 
 @dataclass
@@ -655,6 +664,11 @@ class Config:
             raise ValueError(f"train.workers = {self.train.workers} > 0 runs SAC without the LLM actor (its "
                              "refinements need a copy of the worker's environment at each decision); set "
                              "ace.actor = false (the LLM critic still runs, in the learner) or train.workers = 0")
+        fixed = self.train.updates_per_decision * self.sac.batch_size
+        if not self.train.workers and self.train.samples_per_insert not in (0, fixed):
+            raise ValueError(f"train.samples_per_insert = {self.train.samples_per_insert:g} with train.workers = 0: "
+                             f"the in-process loop samples train.updates_per_decision x sac.batch_size = {fixed} per "
+                             f"insert; set it to 0 or {fixed}, or use workers")
         if self.replay.rl_capacity < self.sac.batch_size:
             raise ValueError(f"replay.rl_capacity = {self.replay.rl_capacity} must be >= sac.batch_size = "
                              f"{self.sac.batch_size}")

@@ -55,6 +55,7 @@ from ace_hybrid.sac import UpdateBatch
 from ace_hybrid.training.ace import attach_llm
 from ace_hybrid.training.checkpoint import clock_train_time, restore, save_checkpoint
 from ace_hybrid.training.executors import Executor, import_ray, make_executor
+from ace_hybrid.training.limiter import SampleToInsertRatio
 from ace_hybrid.training.metrics import Throughput
 from ace_hybrid.training.policy import agent_of
 from ace_hybrid.training.rollout import TransitionBatch, next_hold, plan_workers, policy_weights, session_budget
@@ -166,7 +167,8 @@ def learn(run: Run, bar: Any) -> None:
     """The learner, for any ``train.workers`` (see the module docstring): until the step budget is spent (or
     Ctrl-C), store what the worker(s) made, update, send the policy, and evaluate / log / save on schedule. The
     learner waits on the executor when it has nothing to do, so an environment-bound run leaves the cores to the
-    workers."""
+    workers. With ``train.samples_per_insert`` (and workers) it updates at that ratio instead of per decision of each
+    batch (:mod:`ace_hybrid.training.limiter`)."""
     cfg, c = run.cfg, run.counters
     run.throughput = Throughput(cfg.train.workers, c.env_steps, c.updates)
     if keep_best_at_budgets(run):  # reached by a run that stopped before it could keep them
@@ -174,38 +176,75 @@ def learn(run: Run, bar: Any) -> None:
     if c.env_steps >= cfg.train.total_env_steps:  # a resumed run whose budget is spent: no worker to start
         return
     executor = make_executor(run, lambda p: store(run, p))
+    limiter = run.throughput.limiter = SampleToInsertRatio.of(cfg)
     try:
         budget = session_budget(run)
         executor.start(plan_workers(run), policy_weights(run), budget)
-        synced, hold = c.updates, budget.until
+        sync, hold = _WeightSync(run, executor), budget.until
         while not executor.finished and not run.stop_requested:
-            batch = _collect(run, executor)
+            owed = limiter is not None and limiter.owed()
+            batch = _collect(run, executor, timeout=0.0 if owed else 0.5)  # owed: update when no batch is ready
             if batch is None:
+                if owed:
+                    _sample(run, limiter, sync)
                 continue
             before = c.env_steps
             store_batch(run, batch)
-            for _ in range(batch.decisions):
-                if run.stop_requested:
-                    break
-                update(run)
-                if c.updates - synced >= cfg.train.sync_every:
-                    executor.set_weights(policy_weights(run))
-                    synced = c.updates
+            if limiter is None:
+                _update_per_decision(run, batch, sync)
+            else:
+                limiter.insert(batch.decisions if len(run.replay) >= cfg.train.learning_starts else 0)
+                _catch_up(run, limiter, sync, settle=c.env_steps == hold)  # all owed before an evaluation at a hold
             bar.update(c.env_steps - before)
             _postfix(run, bar, batch)
             on_schedule(run, since=before)
             if next_hold(run) != hold:  # the learner evaluated at the budget where the workers wait
                 hold = next_hold(run)
                 executor.grant_until(hold)
+        if limiter is not None:
+            _catch_up(run, limiter, sync, settle=True)
         run.throughput.stop(c.env_steps, c.updates)  # the workers' part ends here, not when they have exited
     finally:
         executor.close()
 
 
-def _collect(run: Run, executor: Executor) -> TransitionBatch | None:
+class _WeightSync:
+    """Sends the workers the learner's policy after every ``train.sync_every`` updates."""
+
+    def __init__(self, run: Run, executor: Executor) -> None:
+        self.run, self.executor, self.synced = run, executor, run.counters.updates
+
+    def __call__(self) -> None:
+        if self.run.counters.updates - self.synced >= self.run.cfg.train.sync_every:
+            self.executor.set_weights(policy_weights(self.run))
+            self.synced = self.run.counters.updates
+
+
+def _update_per_decision(run: Run, batch: TransitionBatch, sync: _WeightSync) -> None:
+    """``updates_per_decision`` updates per decision of ``batch`` before the next batch (the limiter off)."""
+    for _ in range(batch.decisions):
+        if run.stop_requested:
+            break
+        update(run)
+        sync()
+
+
+def _sample(run: Run, limiter: SampleToInsertRatio, sync: _WeightSync) -> None:
+    limiter.sample(update(run, 1))
+    sync()
+
+
+def _catch_up(run: Run, limiter: SampleToInsertRatio, sync: _WeightSync, settle: bool) -> None:
+    """Update while the learner is behind the ratio (the workers' batches wait meanwhile); with ``settle``, until it
+    owes nothing (before an evaluation at a budget, and at the end)."""
+    while not run.stop_requested and (limiter.behind() or settle and limiter.owed()):
+        _sample(run, limiter, sync)
+
+
+def _collect(run: Run, executor: Executor, timeout: float) -> TransitionBatch | None:
     """The next batch; with remote workers, the time waited for it is the learner's idle time."""
     t0 = time.perf_counter()
-    batch = executor.collect(timeout=0.5)
+    batch = executor.collect(timeout=timeout)
     if run.cfg.train.workers:
         waited = time.perf_counter() - t0
         run.time_split["wait"] = run.time_split.get("wait", 0.0) + waited
@@ -228,7 +267,8 @@ def store_batch(run: Run, b: TransitionBatch) -> None:
         c.next_episode = max(c.next_episode, max(b.started) + 1)
     if run.cfg.train.workers:
         lag = float(sum(c.updates - p.version for p in b.transitions))
-        run.throughput.batch(b.worker, b.env_steps, b.seconds["busy"], lag, len(b.transitions), c.updates)
+        run.throughput.batch(b.worker, b.env_steps, b.seconds["busy"], lag, len(b.transitions), c.updates,
+                             b.seconds.get("blocked", 0.0))
     for key in ("env", "reset", "tutor", "act", "llm"):
         run.time_split[key] = run.time_split.get(key, 0.0) + b.seconds[key]
     run.safe_rule_seconds += b.seconds["safe_rule_simulate"]
@@ -282,13 +322,15 @@ def _llm_postfix(run: Run) -> dict[str, Any]:
     return {"llm_calls": int(m["llm/calls"]), "accepted": int(m["llm/accepted"])}
 
 
-def update(run: Run) -> None:
-    """``updates_per_decision`` SAC updates on prioritised batches; priorities from the new TD errors."""
+def update(run: Run, n: int | None = None) -> int:
+    """``n`` (default ``updates_per_decision``) SAC updates on prioritised batches, none before the replay holds
+    ``train.learning_starts`` transitions; priorities from the new TD errors. Returns how many were made."""
     cfg = run.cfg
-    if cfg.train.updates_per_decision == 0 or len(run.replay) < cfg.train.learning_starts:
-        return
+    n = cfg.train.updates_per_decision if n is None else n
+    if n == 0 or len(run.replay) < cfg.train.learning_starts:
+        return 0
     t0 = time.perf_counter()
-    for _ in range(cfg.train.updates_per_decision):
+    for _ in range(n):
         drawn = run.replay.sample(cfg.sac.batch_size, is_exponent=cfg.replay.is_exponent)
         result = run.sac.update(update_batch(run, drawn))
         run.replay.update_priorities(drawn.index, np.abs(result.td_error) + cfg.replay.priority_eps)
@@ -296,6 +338,7 @@ def update(run: Run) -> None:
     run.time_split["update"] += time.perf_counter() - t0
     if run.counters.updates % 10 == 0:
         run.logger.write(run.counters.env_steps, {f"sac/{k}": v for k, v in result.metrics.items()})
+    return n
 
 
 def update_batch(run: Run, drawn: ReplayBatch) -> UpdateBatch:

@@ -105,12 +105,21 @@ class Throughput:
         """(time, steps) of each worker's batches."""
         self.waited = 0.0
         """Seconds the learner waited for batches."""
+        self.blocked = 0.0
+        """Seconds the workers (all together) were blocked: waiting to hand a batch over or for their next call
+        while the learner was behind, or at a budget while it evaluated."""
         self.lag_sum, self.lag_rows = 0.0, 0
+        self.limiter: Any = None
+        """The run's :class:`~ace_hybrid.training.limiter.SampleToInsertRatio` (None: off): its measured ratio is
+        reported."""
         self._marks: dict[str, tuple[Any, ...]] = {}
 
-    def batch(self, worker: int, steps: int, busy: float, lag_sum: float, rows: int, updates: int) -> None:
-        """Count one batch of ``worker``: its environment steps, its making time, and the summed policy lag (in
-        updates) of its ``rows`` transitions; ``updates``: the learner's count when it arrived."""
+    def batch(self, worker: int, steps: int, busy: float, lag_sum: float, rows: int, updates: int,
+              blocked: float = 0.0) -> None:
+        """Count one batch of ``worker``: its environment steps, its making time, the summed policy lag (in
+        updates) of its ``rows`` transitions and the seconds it was blocked before it; ``updates``: the learner's
+        count when it arrived."""
+        self.blocked += blocked
         now = self.clock()
         if self.first_batch is None:
             self.first_batch, self._at_first = now, (steps, int(updates), self.waited)
@@ -133,18 +142,23 @@ class Throughput:
     def window(self, name: str, env_steps: int, updates: int, min_seconds: float = 0.0) -> dict[str, float] | None:
         """Rates since the last call with this ``name`` (the first: since the session started), or None when less
         than ``min_seconds`` have passed (the window then goes on). Keys: ``rate/learner_updates_per_s``,
-        ``rate/learner_busy``, ``rate/worker_env_steps_per_s``, ``rate/worker_<k>_env_steps_per_s`` and
-        ``rollout/policy_lag`` (mean updates between the policy a transition was made with and its arrival)."""
+        ``rate/learner_busy``, ``rate/worker_env_steps_per_s``, ``rate/worker_<k>_env_steps_per_s``,
+        ``rate/blocked_s`` (seconds the workers were blocked in the window, summed), ``rollout/policy_lag`` (mean
+        updates between the policy a transition was made with and its arrival) and, with the rate limiter,
+        ``rate/samples_per_insert`` (measured since the session started)."""
         now = self.clock()
-        t, steps, ups, per_worker, waited, lag_sum, lag_rows = self._marks.get(
-            name, (self.started, *self._start_counts, [0] * self.workers, 0.0, 0.0, 0))
+        t, steps, ups, per_worker, waited, blocked, lag_sum, lag_rows = self._marks.get(
+            name, (self.started, *self._start_counts, [0] * self.workers, 0.0, 0.0, 0.0, 0))
         dt = now - t
         if dt < min_seconds or dt <= 0:
             return None
-        self._marks[name] = (now, env_steps, updates, list(self.steps), self.waited, self.lag_sum, self.lag_rows)
+        self._marks[name] = (now, env_steps, updates, list(self.steps), self.waited, self.blocked, self.lag_sum,
+                             self.lag_rows)
         out = {"rate/learner_updates_per_s": (updates - ups) / dt,
                "rate/learner_busy": max(0.0, 1.0 - (self.waited - waited) / dt),
-               "rate/worker_env_steps_per_s": (env_steps - steps) / dt}
+               "rate/worker_env_steps_per_s": (env_steps - steps) / dt, "rate/blocked_s": self.blocked - blocked}
+        if self.limiter is not None and self.limiter.ratio() is not None:
+            out["rate/samples_per_insert"] = self.limiter.ratio()
         out.update({f"rate/worker_{k}_env_steps_per_s": (self.steps[k] - per_worker[k]) / dt
                     for k in range(self.workers)})
         if self.lag_rows > lag_rows:
@@ -191,9 +205,12 @@ class Throughput:
                    env_steps_per_s=self._all_running_rate(), overall_env_steps_per_s=rate(sum(self.steps) - first_steps),
                    learner_updates_per_s=rate(self._end_counts[1] - first_updates),
                    learner_busy=max(0.0, 1.0 - rate(self.waited - first_waited)) if measured > 0 else 0.0,
-                   policy_lag=self.lag_sum / self.lag_rows if self.lag_rows else 0.0,
+                   policy_lag=self.lag_sum / self.lag_rows if self.lag_rows else 0.0, blocked_seconds=self.blocked,
                    per_worker=[{"env_steps": self.steps[k], "busy_seconds": self.busy[k],
                                 "env_steps_per_s": (self._after_first[k] / (self._last[k] - self._first[k])
                                                     if self._last[k] > self._first[k] >= 0 else 0.0)}
                                for k in range(self.workers)])
+        if self.limiter is not None:
+            out.update(samples_per_insert=self.limiter.ratio(),
+                       samples_per_insert_target=self.limiter.samples_per_insert)
         return out
