@@ -40,6 +40,14 @@ def test_ratios_are_taken_within_each_repeat_and_saturation_follows_the_arithmet
     assert "0.90, 0.40" in body and "1.50, 1.40" in body and "N* = 1 /" in page
 
 
+def test_the_scaling_rows_are_the_env_bound_worker_rows_at_the_goals_budget() -> None:
+    plan = bench_loop.variants(ray=True, only="scaling")
+    assert list(plan) == [bench_loop.LOCAL.format(n=1), bench_loop.LOCAL.format(n=2), bench_loop.RAY.format(n=1),
+                          bench_loop.RAY.format(n=2)]
+    assert all("train.updates_per_decision=0" in overrides for overrides in plan.values())
+    assert bench_loop.DEFAULT_STEPS == 24_000
+
+
 @pytest.mark.grid2op
 @pytest.mark.slow
 def test_one_in_process_run_reports_its_rates() -> None:
