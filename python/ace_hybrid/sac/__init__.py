@@ -11,5 +11,6 @@ from __future__ import annotations
 from ace_hybrid.config import HEADS, SACConfig
 from ace_hybrid.sac.agent import DiscreteSAC, UpdateResult
 from ace_hybrid.sac.batch import UpdateBatch
+from ace_hybrid.sac.policy import SACPolicy
 
-__all__ = ["DiscreteSAC", "HEADS", "SACConfig", "UpdateBatch", "UpdateResult"]
+__all__ = ["DiscreteSAC", "HEADS", "SACConfig", "SACPolicy", "UpdateBatch", "UpdateResult"]
