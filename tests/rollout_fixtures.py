@@ -30,7 +30,11 @@ def policy(version: int) -> PolicyWeights:
 class StampWorker:
     """One one-row batch every 20 ms, stamped with the version of the last policy it was given."""
 
-    def __init__(self, spec: WorkerSpec, dealer: object = None) -> None:
+    @classmethod
+    def prepare(cls, config: Config) -> None:
+        return None  # no grid to build
+
+    def __init__(self, spec: WorkerSpec, dealer: object = None, prepared: object = None) -> None:
         self.spec, self.version = spec, -1
 
     def set_policy(self, policy: PolicyWeights) -> None:
@@ -50,7 +54,7 @@ class StampWorker:
 class CountingWorker(StampWorker):
     """Five one-step batches numbered 0..4 (in ``decision``), the fifth marked last; empty last batches after."""
 
-    def __init__(self, spec: WorkerSpec, dealer: object = None) -> None:
+    def __init__(self, spec: WorkerSpec, dealer: object = None, prepared: object = None) -> None:
         super().__init__(spec)
         self.sent = 0
 
@@ -66,5 +70,5 @@ class CountingWorker(StampWorker):
 class BrokenWorker(StampWorker):
     """Fails while it is built."""
 
-    def __init__(self, spec: WorkerSpec, dealer: object = None) -> None:
+    def __init__(self, spec: WorkerSpec, dealer: object = None, prepared: object = None) -> None:
         raise RuntimeError(f"worker {spec.index} broken on purpose")

@@ -245,6 +245,43 @@ def test_one_and_two_workers_play_the_same_episodes(aligned_two_workers: Path, t
     assert_same(transitions(aligned_two_workers), transitions(tmp_path / "one"))
 
 
+def test_a_worker_acts_with_the_learners_initial_actor_alone(make_grid_env) -> None:
+    """What a worker builds: the actor the learner starts with, parameter for parameter, and no critics, targets or
+    optimisers (the first Adam of a process imports torch._dynamo: seconds of start-up)."""
+    import torch
+
+    from ace_hybrid.sac import DiscreteSAC, SACPolicy
+    from ace_hybrid.training.rollout import RolloutWorker, WorkerSpec
+    from ace_hybrid.training.run import build_acting
+
+    cfg = tiny()
+    env = make_grid_env("l2rpn_case14_sandbox")
+    prepared = RolloutWorker.prepare(cfg)
+    worker = RolloutWorker(WorkerSpec(0, cfg, None), Dealer(Budget(0, 10, 0)), prepared=prepared)
+    try:
+        learner = build_acting(cfg, env, None).sac
+        assert type(worker.sac) is SACPolicy and isinstance(learner, DiscreteSAC)
+        assert not any(hasattr(worker.sac, k) for k in ("q1", "q1_target", "actor_opt", "critic_opt", "log_alpha"))
+        mine, theirs = worker.sac.actor.state_dict(), learner.actor.state_dict()
+        assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)
+        worker.sac.load_policy_state(learner.policy_state())  # what the learner sends fits
+    finally:
+        worker.close()
+
+
+def test_workers_launched_before_the_run_is_built_get_their_spec_later() -> None:
+    executor = LocalExecutor(worker_cls=fx.StampWorker)
+    try:
+        executor.launch(fx.spec(0).config, 2)  # the processes start (and prepare) before any spec exists
+        assert len(executor.pids) == 2 and executor.collect(timeout=0.2) is None
+        executor.start([fx.spec(0), fx.spec(1)], fx.policy(3), fx.budget())
+        assert _versions(executor, until=lambda v: all(v.get(k) == 3 for k in (0, 1))) == {0: 3, 1: 3}
+        with pytest.raises(ValueError, match="1 worker specs for 2 launched workers"):
+            executor.start([fx.spec(0)], fx.policy(3), fx.budget())
+    finally:
+        executor.close()
+
+
 def test_a_new_policy_reaches_the_workers() -> None:
     executor = LocalExecutor(worker_cls=fx.StampWorker)
     try:

@@ -3,6 +3,10 @@
 Every executor runs the same :class:`~ace_hybrid.training.rollout.RolloutWorker` (Ray is an executor, not a second
 code path; nor is ``train.workers = 0``) and offers the learner the same calls:
 
+``launch(config, workers)``
+    Start the workers' processes (or actors) before the learner builds its run: each imports torch and grid2op and
+    builds what the configuration alone determines (``RolloutWorker.prepare``: its grid and catalog) while the
+    learner builds its own. Optional: ``start`` launches them if this was not called.
 ``start(specs, policy, budget)``
     Build one worker per spec, give each the first policy and one shared
     :class:`~ace_hybrid.training.rollout.Dealer` of the session's ``budget``, and set them going.
@@ -30,7 +34,8 @@ before the next one, ``poll`` at every step). Nothing is copied or sent: ``set_w
 Local processes (``train.executor = "local"``)
 ----------------------------------------------
 One process per worker from multiprocessing's "spawn" context (a fresh interpreter: no forked torch or grid2op
-state), sharing one dealer in shared memory. Batches come back through one bounded queue (two per worker: a worker
+state), launched before the learner builds its run (each prepares its grid meanwhile, then gets its spec and first
+policy through its queue), sharing one dealer in shared memory. Batches come back through one bounded queue (two per worker: a worker
 that gets that far ahead of the learner waits), policies go out through one queue per worker, and a worker takes the
 newest one before each batch. A worker ignores SIGINT -- a terminal's Ctrl-C reaches the whole process group, and it
 is the learner's to handle (it saves, then stops the workers) -- and ends when its parent dies
@@ -39,7 +44,8 @@ learner says so.
 
 Ray actors (``train.executor = "ray"``)
 ---------------------------------------
-One actor per worker (``num_cpus=1``), with two ``collect`` calls in flight each, so an actor starts its next batch
+One actor per worker (``num_cpus=1``), created (and preparing its grid) before the learner builds its run, with two
+``collect`` calls in flight each, so an actor starts its next batch
 while the learner reads the last; a worker's batches are read in the order it made them, as locally. The dealer is
 one more actor (``num_cpus=0``), asked once per batch and once per episode. Policies are put once in the object store
 and sent by reference; an actor applies one after the calls already queued. If Ray is not running, a local instance
@@ -61,6 +67,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
+from ace_hybrid.config import Config
 from ace_hybrid.processes import exit_with_parent
 from ace_hybrid.training.rollout import (
     Budget,
@@ -74,7 +81,7 @@ from ace_hybrid.training.rollout import (
 from ace_hybrid.training.run import Pending, Run
 
 __all__ = ["Executor", "InlineExecutor", "LocalExecutor", "RayExecutor", "WorkerError", "import_ray",
-           "make_executor"]
+           "make_executor", "remote_executor"]
 
 _STOP = "stop"
 """A local worker's command to return (anything else on its queue is a PolicyWeights)."""
@@ -90,6 +97,8 @@ class Executor(Protocol):
     @property
     def finished(self) -> bool: ...
 
+    def launch(self, config: Config, workers: int) -> None: ...
+
     def start(self, specs: list[WorkerSpec], policy: PolicyWeights, budget: Budget) -> None: ...
 
     def set_weights(self, policy: PolicyWeights) -> None: ...
@@ -104,9 +113,12 @@ class Executor(Protocol):
 def make_executor(run: Run, store: Callable[[Pending], None]) -> Executor:
     """The executor of ``run``'s ``train.workers`` and ``train.executor``: inline (0 workers; ``store`` takes each
     transition as it completes), local processes or Ray actors."""
-    t = run.cfg.train
-    if t.workers == 0:
-        return InlineExecutor(run, store)
+    return remote_executor(run.cfg) if run.cfg.train.workers else InlineExecutor(run, store)
+
+
+def remote_executor(cfg: Config) -> LocalExecutor | RayExecutor:
+    """The executor of ``train.workers >= 1`` workers: local processes or Ray actors (``train.executor``)."""
+    t = cfg.train
     if t.executor == "local":
         return LocalExecutor()
     if t.executor == "ray":
@@ -150,6 +162,9 @@ class InlineExecutor:
     def finished(self) -> bool:
         return self._last
 
+    def launch(self, config: Config, workers: int) -> None:
+        pass  # the worker acts with the run's own parts, built with it
+
     def start(self, specs: list[WorkerSpec], policy: PolicyWeights, budget: Budget) -> None:
         llm = self.run.llm
         self.worker = RolloutWorker(specs[0], Dealer(budget), acting=self.run.acting(), sink=self.store,
@@ -191,10 +206,11 @@ def _sigint_blocked() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-def _local_worker_main(worker_cls: type, spec: WorkerSpec, dealer: Dealer, commands: Any, results: Any,
+def _local_worker_main(worker_cls: type, index: int, config: Config, dealer: Dealer, commands: Any, results: Any,
                        parent: int) -> None:
-    """A local worker's process: build the worker, then one batch after another (each with the newest policy) until
-    its budget is spent or it is told to stop.
+    """A local worker's process: prepare what the configuration determines, build the worker from the spec that
+    follows, then one batch after another (each with the newest policy) until its budget is spent or it is told to
+    stop.
 
     An exception goes to the learner as text (it may not pickle), then the process waits to be stopped, like one
     whose budget is spent: so a worker that exits unasked is a dead one."""
@@ -205,18 +221,21 @@ def _local_worker_main(worker_cls: type, spec: WorkerSpec, dealer: Dealer, comma
     worker, message = None, None
     try:
         _one_torch_thread()
-        worker = worker_cls(spec, dealer)
-        message = commands.get()  # the first policy
+        prepared = worker_cls.prepare(config)  # while the learner builds its run
+        message = commands.get()  # the spec, then the first policy
+        if not _is_stop(message):
+            worker = worker_cls(message, dealer, prepared=prepared)
+            message = commands.get()
         while not _is_stop(message):
             if message is not None:
                 worker.set_policy(message)
             batch = worker.collect()
-            results.put(("batch", spec.index, batch))
+            results.put(("batch", index, batch))
             if batch.last:
                 break
             message = _newest(commands)
     except BaseException:  # noqa: BLE001 - everything goes to the learner, which raises it
-        results.put(("error", spec.index, traceback.format_exc()))
+        results.put(("error", index, traceback.format_exc()))
     finally:
         if worker is not None:
             worker.close()
@@ -267,21 +286,31 @@ class LocalExecutor:
         """The workers' process ids, by worker index."""
         return [int(p.pid) for p in self._processes]
 
-    def start(self, specs: list[WorkerSpec], policy: PolicyWeights, budget: Budget) -> None:
+    def launch(self, config: Config, workers: int) -> None:
         import multiprocessing
 
         ctx = multiprocessing.get_context("spawn")
-        # Kept here: its lock must outlive the children's unpickling of it (a collected semaphore is unlinked).
-        self._dealer = dealer = Dealer.shared(ctx, budget)
-        self._results = ctx.Queue(maxsize=2 * len(specs))
-        self._commands = [ctx.Queue() for _ in specs]
+        # Kept here: its lock must outlive the children's unpickling of it (a collected semaphore is unlinked). Its
+        # budget comes with start().
+        self._dealer = dealer = Dealer.shared(ctx, Budget(0, 0, 0))
+        self._results = ctx.Queue(maxsize=2 * workers)
+        self._commands = [ctx.Queue() for _ in range(workers)]
         with _sigint_blocked():
-            for spec, commands in zip(specs, self._commands):
-                commands.put(policy)
-                p = ctx.Process(target=_local_worker_main, name=f"rollout-worker-{spec.index}", daemon=True,
-                                args=(self.worker_cls, spec, dealer, commands, self._results, os.getpid()))
+            for k, commands in enumerate(self._commands):
+                p = ctx.Process(target=_local_worker_main, name=f"rollout-worker-{k}", daemon=True,
+                                args=(self.worker_cls, k, config, dealer, commands, self._results, os.getpid()))
                 p.start()
                 self._processes.append(p)
+
+    def start(self, specs: list[WorkerSpec], policy: PolicyWeights, budget: Budget) -> None:
+        if not self._processes:
+            self.launch(specs[0].config, len(specs))
+        if len(specs) != len(self._processes):
+            raise ValueError(f"{len(specs)} worker specs for {len(self._processes)} launched workers")
+        self._dealer.reset(budget)
+        for spec, commands in zip(specs, self._commands):
+            commands.put(spec)
+            commands.put(policy)
 
     def set_weights(self, policy: PolicyWeights) -> None:
         for k, commands in enumerate(self._commands):
@@ -345,13 +374,15 @@ class LocalExecutor:
 
 
 class _RayWorker:
-    """The actor Ray runs: a worker built in the actor's process, with one torch thread."""
+    """The actor Ray runs: prepared from the configuration when it starts (one torch thread), the worker built when
+    its spec comes (:meth:`begin`)."""
 
-    def __init__(self, worker_cls: type, spec: WorkerSpec, dealer: _RemoteDealer) -> None:
+    def __init__(self, worker_cls: type, config: Config) -> None:
         _one_torch_thread()
-        self.worker = worker_cls(spec, dealer)
+        self.worker_cls, self.prepared, self.worker = worker_cls, worker_cls.prepare(config), None
 
-    def ready(self) -> bool:
+    def begin(self, spec: WorkerSpec, dealer: _RemoteDealer) -> bool:
+        self.worker = self.worker_cls(spec, dealer, prepared=self.prepared)
         return True
 
     def set_policy(self, policy: PolicyWeights) -> None:
@@ -414,7 +445,7 @@ class RayExecutor:
         """The actor handles, by worker index."""
         return list(self._actors)
 
-    def start(self, specs: list[WorkerSpec], policy: PolicyWeights, budget: Budget) -> None:
+    def launch(self, config: Config, workers: int) -> None:
         ray = self._ray = import_ray()
         if not ray.is_initialized():
             options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
@@ -422,14 +453,22 @@ class RayExecutor:
                 ray.init(address=self.address, **options)
             else:
                 path = os.pathsep.join(p for p in (_package_root(), os.environ.get("PYTHONPATH", "")) if p)
-                ray.init(num_cpus=max(len(specs), os.cpu_count() or 1),
+                ray.init(num_cpus=max(workers, os.cpu_count() or 1),
                          runtime_env={"env_vars": {"PYTHONPATH": path}}, **options)
             self._owns_ray = True
-        self._dealer = ray.remote(num_cpus=0, max_restarts=0)(Dealer).remote(budget)
         remote = ray.remote(num_cpus=1, max_restarts=0)(_RayWorker)
-        self._actors = [remote.remote(self.worker_cls, spec, _RemoteDealer(self._dealer)) for spec in specs]
+        self._actors = [remote.remote(self.worker_cls, config) for _ in range(workers)]  # they prepare meanwhile
+
+    def start(self, specs: list[WorkerSpec], policy: PolicyWeights, budget: Budget) -> None:
+        if not self._actors:
+            self.launch(specs[0].config, len(specs))
+        if len(specs) != len(self._actors):
+            raise ValueError(f"{len(specs)} worker specs for {len(self._actors)} launched workers")
+        ray = self._ray
+        self._dealer = ray.remote(num_cpus=0, max_restarts=0)(Dealer).remote(budget)
         try:
-            ray.get([a.ready.remote() for a in self._actors], timeout=self.startup_seconds)
+            ray.get([a.begin.remote(spec, _RemoteDealer(self._dealer)) for a, spec in zip(self._actors, specs)],
+                    timeout=self.startup_seconds)
         except ray.exceptions.GetTimeoutError:
             cpus = ray.cluster_resources().get("CPU", 0)
             raise WorkerError(f"Ray did not start the {len(specs)} rollout workers within {self.startup_seconds:.0f} s:"

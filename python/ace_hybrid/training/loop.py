@@ -47,14 +47,14 @@ from typing import Any
 
 import numpy as np
 
-from ace_hybrid.config import Config
+from ace_hybrid.config import Config, config_from_dict
 from ace_hybrid.files import atomic_write, remove_stale_temps
 from ace_hybrid.grid.evaluation import EvaluationReport, evaluate
 from ace_hybrid.replay import ReplayBatch
 from ace_hybrid.sac import UpdateBatch
 from ace_hybrid.training.ace import attach_llm
 from ace_hybrid.training.checkpoint import clock_train_time, restore, save_checkpoint
-from ace_hybrid.training.executors import Executor, import_ray, make_executor
+from ace_hybrid.training.executors import Executor, import_ray, make_executor, remote_executor
 from ace_hybrid.training.limiter import SampleToInsertRatio
 from ace_hybrid.training.metrics import Throughput
 from ace_hybrid.training.policy import agent_of
@@ -81,25 +81,29 @@ def train(cfg: Config | None, run_dir: str | Path, *, resume: bool = False,
     """
     if cfg is not None and not resume and cfg.train.executor == "ray":
         import_ray()  # a missing Ray fails now, not after the environments are built
-    run = _open(cfg, Path(run_dir), resume, total_env_steps)
-    cfg = run.cfg
-    bar = _progress(run)
-    run.clock = time.perf_counter()
+    executor = _launch_workers(cfg, Path(run_dir), resume)
     try:
-        with StopOnSigint(run):
-            learn(run, bar)
-            run.throughput.stop(run.counters.env_steps, run.counters.updates)
-            if run.llm is not None and not run.stop_requested:  # the LLM's queued work, before the last checkpoint
-                _llm_hook(run, run.llm.drain, run)
-            if run.stop_requested:
-                save_checkpoint(run)
-                run.logger.close()
-                raise TrainingInterrupted(summary(run))
+        run = _open(cfg, Path(run_dir), resume, total_env_steps)
+        bar = _progress(run)
+        run.clock = time.perf_counter()
+        try:
+            with StopOnSigint(run):
+                learn(run, bar, executor)
+                run.throughput.stop(run.counters.env_steps, run.counters.updates)
+                if run.llm is not None and not run.stop_requested:  # the LLM's queued work, before the last save
+                    _llm_hook(run, run.llm.drain, run)
+                if run.stop_requested:
+                    save_checkpoint(run)
+                    run.logger.close()
+                    raise TrainingInterrupted(summary(run))
+        finally:
+            clock_train_time(run)
+            bar.close()
+            if run.llm is not None:
+                run.llm.close()
     finally:
-        clock_train_time(run)
-        bar.close()
-        if run.llm is not None:
-            run.llm.close()
+        if executor is not None:
+            executor.close()
     if not run.counters.eval_history or run.counters.eval_history[-1]["env_steps"] != run.counters.env_steps:
         evaluate_and_keep_best(run)
     save_checkpoint(run)
@@ -157,25 +161,44 @@ def _open(cfg: Config | None, run_dir: Path, resume: bool, total_env_steps: int 
     return run
 
 
+def _launch_workers(cfg: Config | None, run_dir: Path, resume: bool) -> Executor | None:
+    """Rollout workers started before the run is built (:meth:`Executor.launch`), so that they import torch and
+    grid2op and build their grids while the learner builds its run. None without workers, and when the run will not
+    start (a new run where one exists, an unreadable saved configuration: opening it says why)."""
+    if resume:
+        try:
+            cfg = config_from_dict(json.loads((run_dir / "config.json").read_text()))
+        except (OSError, ValueError):
+            return None
+    elif cfg is None or (run_dir / "checkpoint.pt").exists():
+        return None
+    if not cfg.train.workers:
+        return None
+    executor = remote_executor(cfg)
+    executor.launch(cfg, cfg.train.workers)
+    return executor
+
+
 def _remove_stale_temps(run_dir: Path) -> None:
     removed = remove_stale_temps(run_dir)
     if removed:
         log.info("removed %d temporary file(s) left in %s by saves that were killed", len(removed), run_dir)
 
 
-def learn(run: Run, bar: Any) -> None:
+def learn(run: Run, bar: Any, executor: Executor | None = None) -> None:
     """The learner, for any ``train.workers`` (see the module docstring): until the step budget is spent (or
     Ctrl-C), store what the worker(s) made, update, send the policy, and evaluate / log / save on schedule. The
     learner waits on the executor when it has nothing to do, so an environment-bound run leaves the cores to the
     workers. With ``train.samples_per_insert`` (and workers) it updates at that ratio instead of per decision of each
-    batch (:mod:`ace_hybrid.training.limiter`)."""
+    batch (:mod:`ace_hybrid.training.limiter`). ``executor``: workers launched already (:func:`train` starts them
+    before it builds the run); None makes the run's own."""
     cfg, c = run.cfg, run.counters
     run.throughput = Throughput(cfg.train.workers, c.env_steps, c.updates)
     if keep_best_at_budgets(run):  # reached by a run that stopped before it could keep them
         save_checkpoint(run)
     if c.env_steps >= cfg.train.total_env_steps:  # a resumed run whose budget is spent: no worker to start
         return
-    executor = make_executor(run, lambda p: store(run, p))
+    executor = executor if executor is not None else make_executor(run, lambda p: store(run, p))
     limiter = run.throughput.limiter = SampleToInsertRatio.of(cfg)
     try:
         budget = session_budget(run)

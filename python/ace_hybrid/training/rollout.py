@@ -9,9 +9,10 @@ next observation), handed to its sink. It returns what a call of :meth:`RolloutW
 * in the learner's process (``train.workers = 0``, RLlib's local worker): on the run's own environment, normaliser
   and networks, one environment step per call, its sink storing each transition at once (so ACE's hooks run where
   they always have: :mod:`ace_hybrid.training.executors`, ``InlineExecutor``);
-* in N local processes or Ray actors (``train.workers = N``): on its own environment and an acting-only copy of the
-  policy that the learner replaces every ``train.sync_every`` updates (:class:`PolicyWeights`), ``worker_batch_steps``
-  steps per call, its transitions travelling in the batch.
+* in N local processes or Ray actors (``train.workers = N``): on its own environment (built by
+  :meth:`RolloutWorker.prepare` as soon as the process starts, while the learner builds its run) and an acting-only
+  policy (:class:`~ace_hybrid.sac.SACPolicy`: the actor alone) that the learner replaces every ``train.sync_every``
+  updates (:class:`PolicyWeights`), ``worker_batch_steps`` steps per call, its transitions travelling in the batch.
 
 Episodes and the step budget
 ----------------------------
@@ -22,7 +23,8 @@ environment steps ``[counters.env_steps, train.total_env_steps)`` granted in chu
 and exploration draws seeded by ``(train.seed, k)`` (:func:`exploration_seed`), whichever worker plays it: the
 training distribution is the episode sequence, not the number of workers. Ids are never reused, also across a resume,
 so the LLM critic's grouping by id holds. The tutor decides at the steps whose index in the run is below
-``train.tutor_steps``.
+``train.tutor_steps``. No step past the next ``train.keep_best_at`` budget is granted until the learner has evaluated
+there (:attr:`Budget.until`): the workers wait, so that evaluation sees exactly that many steps.
 
 When the budget is spent, every episode still in progress ends where it stands: its pending decision is stored as a
 truncated transition and the episode counts as finished (cut). That is one episode with one worker and up to N with
@@ -56,6 +58,7 @@ import numpy as np
 
 from ace_hybrid.config import Config
 from ace_hybrid.grid.agents import make_tutor
+from ace_hybrid.grid.catalog import ActionCatalog
 from ace_hybrid.grid.env import make_env, reset_episode
 from ace_hybrid.grid.reward import step_reward
 from ace_hybrid.grid.rules import SafeRule, in_danger
@@ -238,7 +241,10 @@ class RolloutWorker:
         Where episode ids and environment steps come from.
     acting
         The parts to act with (the inline worker: the run's own); None builds the worker's own from ``spec``, with
-        an acting-only copy of the networks on the CPU.
+        an acting-only policy (:class:`~ace_hybrid.sac.SACPolicy`: the actor alone) on the CPU.
+    prepared
+        What :meth:`prepare` built from the configuration before the spec came (a worker process's grid and
+        catalog); None builds them now.
     sink
         Takes each completed transition when it completes (the inline worker's stores it); None keeps them for the
         batch.
@@ -251,17 +257,16 @@ class RolloutWorker:
     Call :meth:`set_policy` once before the first :meth:`collect`. Not thread-safe (one caller).
     """
 
-    def __init__(self, spec: WorkerSpec, dealer: Any, *, acting: Acting | None = None,
+    def __init__(self, spec: WorkerSpec, dealer: Any, *, acting: Acting | None = None, prepared: Any = None,
                  sink: Callable[[Pending], None] | None = None, wants_snapshot: Callable[[], bool] | None = None,
                  batch_steps: int | None = None) -> None:
         cfg = self.cfg = spec.config
         self.spec, self.dealer, self.wants_snapshot = spec, dealer, wants_snapshot
         self._owns_env = acting is None
         if acting is None:
-            # On the CPU, whatever the learner's device. Every episode reseeds the environment, so the seed it is
-            # made with never reaches a transition.
-            env = make_env(cfg.env.name, seed=cfg.env.env_seed)
-            acting = build_acting(cfg, env, spec.action_indices, device="cpu")
+            # On the CPU, whatever the learner's device.
+            env, catalog = prepared if prepared is not None else self.prepare(cfg)
+            acting = build_acting(cfg, env, spec.action_indices, catalog=catalog, device="cpu", policy_only=True)
         self.env, self.actions, self.features = acting.env, acting.actions, acting.features
         self.normalizer, self.sac = acting.normalizer, acting.sac
         self.safe_rule = SafeRule(self.env.action_space, threshold=cfg.env.threshold)
@@ -281,6 +286,16 @@ class RolloutWorker:
         self._started: list[int] = []
         self._finished: list[tuple[int, int, bool]] = []
         self._seconds = dict.fromkeys(TIMERS, 0.0)
+
+    @classmethod
+    def prepare(cls, config: Config) -> tuple[Any, ActionCatalog]:
+        """What a worker builds from the configuration alone (its environment section): the grid and its action
+        catalog (cached on disk), and the imports they take -- most of a worker process's start-up. Executors call
+        it as soon as a worker process starts, while the learner builds its run; the spec (the action set) and the
+        policy come after. Every episode reseeds the grid, so the seed it is made with never reaches a
+        transition."""
+        env = make_env(config.env.name, seed=config.env.env_seed)
+        return env, ActionCatalog.for_env(env)
 
     def set_policy(self, policy: PolicyWeights) -> None:
         """Act with ``policy`` from now on (its normaliser replaces this worker's)."""

@@ -24,7 +24,7 @@ from ace_hybrid.grid.env import make_env, n_scenarios
 from ace_hybrid.grid.features import MaskFromFeatures, ObservationFeatures, RunningNormalizer
 from ace_hybrid.grid.reward import step_reward
 from ace_hybrid.replay import MixedReplayBuffer
-from ace_hybrid.sac import DiscreteSAC
+from ace_hybrid.sac import DiscreteSAC, SACPolicy
 from ace_hybrid.training.metrics import MetricsLogger, Throughput
 
 __all__ = ["Acting", "Counters", "Pending", "Run", "build_acting"]
@@ -93,18 +93,21 @@ class Acting:
     actions: ActionSet
     features: ObservationFeatures
     normalizer: RunningNormalizer
-    sac: DiscreteSAC
+    sac: SACPolicy
+    """The run's :class:`DiscreteSAC`, or a rollout worker's acting-only :class:`SACPolicy`."""
 
 
 def build_acting(cfg: Config, env: Any, action_indices: list[int] | None, *, catalog: ActionCatalog | None = None,
-                 device: str | None = None) -> Acting:
+                 device: str | None = None, policy_only: bool = False) -> Acting:
     """The parts that act in ``env`` over the action set ``action_indices`` (catalog indices; None: the whole
     catalog), with networks seeded by ``train.seed`` on ``device`` (None: ``sac.device``). The run builds its own
-    here, and so does every rollout worker (on the CPU: N processes must not each claim a GPU)."""
+    here (the whole SAC), and so does every rollout worker (``policy_only``: the actor alone, which is all it acts
+    with; on the CPU: N processes must not each claim a GPU)."""
     actions = ActionSet(catalog if catalog is not None else ActionCatalog.for_env(env), action_indices)
     features = ObservationFeatures(env)
     sac_cfg = cfg.sac if device is None else dataclasses.replace(cfg.sac, device=device)
-    sac = DiscreteSAC(features.dim, len(actions), sac_cfg, action_features=actions.features(), seed=cfg.train.seed)
+    make = SACPolicy if policy_only else DiscreteSAC
+    sac = make(features.dim, len(actions), sac_cfg, action_features=actions.features(), seed=cfg.train.seed)
     return Acting(env, actions, features, RunningNormalizer(features.dim), sac)
 
 
