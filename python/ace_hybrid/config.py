@@ -167,8 +167,7 @@ class TrainConfig:
     checkpoint_every: int = 2_000
     """Write a checkpoint every this many environment steps (and at the end)."""
     keep_best_at: list[int] = field(default_factory=list)
-    """Budgets (environment steps): at each, evaluate then, and copy best.pt as it is to best-<steps>.pt, as if
-    training had stopped there (one training tested at several budgets; workers wait there for the evaluation)."""
+    """Budgets (env steps): evaluate exactly then and copy best.pt to best-<steps>.pt, as if training stopped there."""
     tutor_steps: int = 0
     """Expert-guided warm start: for the run's first this many environment steps (over all workers) the greedy expert
     (simulating tutor_budget of the policy's actions) decides instead of the policy; its decisions go to the replay's
@@ -205,11 +204,10 @@ class TrainConfig:
     """Environment steps a worker takes from the run's budget and runs between two messages to the learner: more
     steps, fewer messages; fewer, fresher data and policies (workers = 0: one)."""
     samples_per_insert: float = 0.0
-    """Workers: the learner samples this many transitions (batch_size per update) per one stored, whatever the
-    number of workers; behind, it updates while the workers wait; ahead, it waits (ace_hybrid.training.limiter). 0:
-    updates_per_decision per stored decision; workers = 0: must be 0 or updates_per_decision x sac.batch_size."""
+    """Workers: transitions sampled per stored one, any number of workers (rate limiter: ace_hybrid.training.limiter;
+    0: updates_per_decision per decision). workers = 0: 0 or updates_per_decision x sac.batch_size."""
     samples_per_insert_tolerance: float = 0.1
-    """How far behind samples_per_insert the learner may fall (a fraction of the samples due) before workers wait."""
+    """How far (a fraction of the samples due) the learner may fall behind samples_per_insert before workers wait."""
 
     def validate(self) -> None:
         _check(self.total_env_steps > 0, "train.total_env_steps", self.total_env_steps, "must be > 0")
@@ -218,9 +216,9 @@ class TrainConfig:
                "must be >= 0")
         _check(self.eval_every >= 0, "train.eval_every", self.eval_every, "must be >= 0")
         _check(self.checkpoint_every > 0, "train.checkpoint_every", self.checkpoint_every, "must be > 0")
-        _check(len(set(self.keep_best_at)) == len(self.keep_best_at) and all(
-            0 < b <= self.total_env_steps for b in self.keep_best_at), "train.keep_best_at", self.keep_best_at,
-            f"must be distinct steps in [1, train.total_env_steps = {self.total_env_steps}]")
+        _check(len(set(self.keep_best_at)) == len(self.keep_best_at) and all(0 < b <= self.total_env_steps for b in
+               self.keep_best_at), "train.keep_best_at", self.keep_best_at,
+               f"must be distinct steps in [1, train.total_env_steps = {self.total_env_steps}]")
         _check(self.tutor_steps >= 0, "train.tutor_steps", self.tutor_steps, "must be >= 0")
         _check(2 <= self.tutor_budget <= 10_000, "train.tutor_budget", self.tutor_budget, "must be in [2, 10000]")
         _check(0.0 <= self.imitation_weight <= 1000.0, "train.imitation_weight", self.imitation_weight,
