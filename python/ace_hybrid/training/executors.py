@@ -241,6 +241,11 @@ def _local_worker_main(worker_cls: type, index: int, config: Config, dealer: Dea
             worker.close()
     while not _is_stop(message):
         message = commands.get()
+    # Everything it sent is in the pipe; nothing else is left to save. os._exit skips the interpreter's teardown of
+    # torch and grid2op, which took most of the 2 s close() waits for a worker (measured).
+    results.close()
+    results.join_thread()
+    os._exit(0)
 
 
 def _is_stop(message: Any) -> bool:

@@ -26,6 +26,7 @@ Run directory layout::
     checkpoint.pt        the latest checkpoint (networks, optimisers, normaliser, counters, generators)
     replay-<d>-<u>.bin   the replay buffer the checkpoint refers to (after d decisions and u updates)
     best.pt              the checkpoint with the best evaluation survival so far
+    best-<steps>.pt      best.pt as it was at each train.keep_best_at budget (its replay file is not kept)
     metrics.jsonl        one JSON line per log interval and per evaluation
     refinements.jsonl    one JSON line per bad transition the LLM actor refined (ACE runs)
     events.*             TensorBoard event files
@@ -42,6 +43,7 @@ import logging
 import signal
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -81,9 +83,8 @@ def train(cfg: Config | None, run_dir: str | Path, *, resume: bool = False,
     """
     if cfg is not None and not resume and cfg.train.executor == "ray":
         import_ray()  # a missing Ray fails now, not after the environments are built
-    executor = _launch_workers(cfg, Path(run_dir), resume)
+    run, executor = _open_and_launch(cfg, Path(run_dir), resume, total_env_steps)
     try:
-        run = _open(cfg, Path(run_dir), resume, total_env_steps)
         bar = _progress(run)
         run.clock = time.perf_counter()
         try:
@@ -161,10 +162,29 @@ def _open(cfg: Config | None, run_dir: Path, resume: bool, total_env_steps: int 
     return run
 
 
-def _launch_workers(cfg: Config | None, run_dir: Path, resume: bool) -> Executor | None:
-    """Rollout workers started before the run is built (:meth:`Executor.launch`), so that they import torch and
-    grid2op and build their grids while the learner builds its run. None without workers, and when the run will not
-    start (a new run where one exists, an unreadable saved configuration: opening it says why)."""
+def _open_and_launch(cfg: Config | None, run_dir: Path, resume: bool,
+                     total_env_steps: int | None) -> tuple[Run, Executor | None]:
+    """Open the run (:func:`_open`) and, with ``train.workers``, launch its rollout workers at the same time
+    (:meth:`Executor.launch`): they import torch and grid2op and build their grids while the run is built, on a
+    helper thread while this one starts them (Ray's start-up takes seconds). The executor is None without workers,
+    and when the run will not open (a new run where one exists, an unreadable saved configuration: opening says
+    why)."""
+    launch = _worker_config(cfg, run_dir, resume)
+    if launch is None:
+        return _open(cfg, run_dir, resume, total_env_steps), None
+    executor = remote_executor(launch)
+    with ThreadPoolExecutor(1, thread_name_prefix="open-run") as pool:
+        opened = pool.submit(_open, cfg, run_dir, resume, total_env_steps)
+        try:
+            executor.launch(launch, launch.train.workers)
+            return opened.result(), executor
+        except BaseException:
+            executor.close()
+            raise
+
+
+def _worker_config(cfg: Config | None, run_dir: Path, resume: bool) -> Config | None:
+    """The configuration to launch rollout workers with before the run is open (see :func:`_open_and_launch`)."""
     if resume:
         try:
             cfg = config_from_dict(json.loads((run_dir / "config.json").read_text()))
@@ -172,11 +192,7 @@ def _launch_workers(cfg: Config | None, run_dir: Path, resume: bool) -> Executor
             return None
     elif cfg is None or (run_dir / "checkpoint.pt").exists():
         return None
-    if not cfg.train.workers:
-        return None
-    executor = remote_executor(cfg)
-    executor.launch(cfg, cfg.train.workers)
-    return executor
+    return cfg if cfg.train.workers else None
 
 
 def _remove_stale_temps(run_dir: Path) -> None:
