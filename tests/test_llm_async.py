@@ -195,7 +195,7 @@ def test_the_worker_sets_its_own_torch_threads_not_the_loops() -> None:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="nice is per thread on Linux only")
 def test_the_worker_thread_runs_at_a_lower_priority_than_the_loop() -> None:
-    from ace_hybrid.training.ace import _worker_thread_settings
+    from ace_hybrid.training.llm_jobs import worker_thread_settings as _worker_thread_settings
 
     seen: list[int] = []
 
@@ -310,7 +310,8 @@ def _assert_committed_consistently(run_dir: pathlib.Path, state: dict, replay: M
 
 
 def test_skip_makes_no_copy_while_the_queue_is_full_and_counts_a_bad_transition_as_dropped() -> None:
-    from ace_hybrid.training.ace import _QUEUE_COUNTERS, LLMInLoop
+    from ace_hybrid.training.ace import LLMInLoop
+    from ace_hybrid.training.llm_jobs import QUEUE_COUNTERS as _QUEUE_COUNTERS
     from ace_hybrid.training.run import Pending
 
     llm = object.__new__(LLMInLoop)  # the hooks' state only: no backend, no environment
