@@ -17,7 +17,12 @@ else:  # pragma: no cover - Python 3.10
 
 from ace_hybrid.config.root import Config
 
-__all__ = ["config_from_dict", "describe_fields", "load_config", "parse_override", "read_toml"]
+__all__ = ["RENAMED", "config_from_dict", "describe_fields", "load_config", "parse_override", "read_toml",
+           "renamed_keys"]
+
+RENAMED = {"replay.llm_capacity": "replay.validated_capacity"}
+"""Configuration keys that were renamed, old -> new. A file or an override with an old key is refused with a ValueError
+naming the new one; a configuration saved under an old key (a checkpoint's) is read under the new one."""
 
 
 def _coerce(value: Any, annotation: Any, name: str) -> Any:
@@ -68,6 +73,8 @@ def _apply(obj: Any, values: dict[str, Any], prefix: str) -> None:
     for key, value in values.items():
         full = f"{prefix}{key}"
         if key not in names:
+            if full in RENAMED:
+                raise ValueError(f"configuration key {full!r} was renamed: use {RENAMED[full]!r}")
             raise ValueError(f"unknown configuration key {full!r}; valid keys here: {', '.join(sorted(names))}")
         current = getattr(obj, key)
         if dataclasses.is_dataclass(current):
@@ -115,10 +122,25 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
 
 
 def config_from_dict(data: dict[str, Any]) -> Config:
-    """Rebuild a :class:`Config` saved with :meth:`Config.to_dict` (checkpoints)."""
+    """Rebuild a :class:`Config` saved with :meth:`Config.to_dict` (checkpoints); keys saved under an old name
+    (:data:`RENAMED`) are read under the new one."""
     cfg = Config()
-    _apply(cfg, data, "")
+    _apply(cfg, renamed_keys(data), "")
     return cfg.validate()
+
+
+def renamed_keys(data: dict[str, Any], *, first_names: bool = False) -> dict[str, Any]:
+    """A copy of a configuration dictionary (:meth:`Config.to_dict`) with the keys of :data:`RENAMED` under their new
+    names, or with ``first_names`` under their old ones (what a fingerprint hashes, so that a rename leaves finished
+    experiment cells valid)."""
+    pairs = [(new, old) for old, new in RENAMED.items()] if first_names else list(RENAMED.items())
+    out = {section: dict(values) if isinstance(values, dict) else values for section, values in data.items()}
+    for before, after in pairs:
+        (b_section, b_key), (a_section, a_key) = before.split("."), after.split(".")
+        values = out.get(b_section)
+        if isinstance(values, dict) and b_key in values:
+            out.setdefault(a_section, {}).setdefault(a_key, values.pop(b_key))
+    return out
 
 
 def describe_fields(obj: Any = None, prefix: str = "") -> list[str]:

@@ -32,7 +32,8 @@ class TrainConfig:
     tutor_steps: int = 0
     """Expert-guided warm start: for the run's first this many environment steps (over all workers) the greedy expert
     (simulating tutor_budget of the policy's actions) decides instead of the policy; its decisions go to the replay's
-    validated partition (the LLM partition, I_v = 1), where the imitation loss and the critic learn from them."""
+    validated partition (I_v = 1, beside the LLM's refinements), where the imitation loss and the critic learn
+    from them."""
     tutor_budget: int = 30
     """Simulations per decision of the tutor (the do-nothing reference included)."""
     imitation_weight: float = 0.0

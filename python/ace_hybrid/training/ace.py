@@ -15,7 +15,7 @@ The training loop (:mod:`ace_hybrid.training.loop`) calls these hooks, all in it
   (only while the actor may refine -- it is on and, with the LLM ranker, its call budget is not spent -- and, with
   ``ace.queue_overflow = "skip"``, the queue has room);
 * :meth:`LLMInLoop.after_store` after each stored transition: a bad one (:func:`is_bad`) goes to the actor (or,
-  first, to co-evolution's probe set); an accepted proposal goes to the LLM partition, and co-evolution
+  first, to co-evolution's probe set); an accepted proposal goes to the validated partition, and co-evolution
   fine-tunes when enough have been accepted;
 * :meth:`LLMInLoop.after_episode` after each training episode: the value critic, on its schedule;
 * :meth:`LLMInLoop.poll` at every environment step: commit the LLM work that has finished;
@@ -255,7 +255,7 @@ class LLMInLoop:
                                                run.actions.describe))
         if ref.accepted:
             r = ref.rollout
-            handle = run.replay.add_llm(item.x, ref.action, r.reward, run.features(r.obs), r.blackout, r.ended,
+            handle = run.replay.add_validated(item.x, ref.action, r.reward, run.features(r.obs), r.blackout, r.ended,
                                         item.episode, item.decision, ref.improvement, True)
             if self.coevo is not None:
                 self.coevo.record(ref, handle)

@@ -53,7 +53,7 @@ class CallBudget:
         return limit
 
     def budget_left(self, role: str = "actor") -> bool:
-        """Whether ``role`` may make a call now (see ``ace.max_llm_calls``, ``ace.critic_share``, ``ace.pace_budget``)."""
+        """Whether ``role`` may make a call now (``ace.max_llm_calls``, ``ace.critic_share``, ``ace.pace_budget``)."""
         with self._lock:
             return self.ace.max_llm_calls == 0 or self.role_calls[role] < self._limit(role)
 
