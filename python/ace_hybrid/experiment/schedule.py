@@ -21,7 +21,7 @@ from ace_hybrid.experiment.spec import LLM_KINDS, ExperimentSpec, RowSpec
 from ace_hybrid.experiment.statistics import BOOTSTRAP_DRAWS, BOOTSTRAP_SEED, aggregate, compare_rows
 from ace_hybrid.experiment.tables import setup_text, to_markdown, write_results
 from ace_hybrid.files import atomic_write_json
-from ace_hybrid.processes import exit_with_parent
+from ace_hybrid.processes import start_child
 
 Cell = tuple[RowSpec, int | None, Config]
 """(row, seed, configuration) of one cell of the plan; the seed is None for a baseline."""
@@ -182,7 +182,7 @@ def _run_in_workers(spec: ExperimentSpec, todo: Sequence[Cell], out: Path,
 
     groups = longest_first(cell_groups(todo))
     with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
-                             initializer=exit_with_parent, initargs=(os.getpid(),)) as pool:
+                             initializer=start_child, initargs=(os.getpid(),)) as pool:
         pending = {pool.submit(_run_group_in_worker, spec, group, out, trained) for group in groups}
         while pending:
             finished, pending = wait(pending, return_when=FIRST_EXCEPTION)
