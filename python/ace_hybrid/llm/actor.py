@@ -22,8 +22,8 @@ played) and:
    at least ``min_rho_drop`` (0.05) (:meth:`PolicyActor.better`); otherwise it goes into the next round's prompt as a failed attempt, up to
    ``max_rounds`` rounds.
 
-An accepted proposal becomes the transition (s, a_hat, r_hat, s_hat', done_hat) of the LLM partition with I_v = 1 and
-improvement r_hat - r (r: the RL action's replayed reward).
+An accepted proposal becomes the transition (s, a_hat, r_hat, s_hat', done_hat) of the validated partition with
+I_v = 1 and improvement r_hat - r (r: the RL action's replayed reward).
 
 Why refine as transitions complete rather than from sampled batches: validating in a simulator needs the grid's full
 state, which the replay does not keep (it stores feature vectors). The loop holds one snapshot per pending decision

@@ -1,7 +1,7 @@
 """Co-evolution: LoRA fine-tuning of the LLM on its best accepted refinements (ACE, arXiv 2506.02522, Sec. 3.4).
 
-Every ``finetune_every`` accepted refinements, the accepted refinements whose transitions are still in the LLM
-partition are ranked by improvement r_hat - r and the best ``finetune_pairs`` train the LoRA adapter
+Every ``finetune_every`` accepted refinements, the accepted refinements whose transitions are still in the
+validated partition are ranked by improvement r_hat - r and the best ``finetune_pairs`` train the LoRA adapter
 (:meth:`~ace_hybrid.llm.backend.LLMBackend.finetune`). The adapter is written under ``adapter_dir/round-<k>`` and
 stays loaded: the next proposals come from the fine-tuned model.
 
@@ -100,7 +100,7 @@ class CoEvolution:
             f"backend {getattr(backend, 'name', '?')!r} cannot fine-tune")
         self.records: list[dict[str, Any]] = []
         """Accepted refinements: problem (:meth:`ChoiceProblem.to_dict`), choice (the accepted candidate's position
-        in it), improvement, handle (in the LLM partition)."""
+        in it), improvement, handle (in the validated partition)."""
         self.since_last = 0
         self.history: list[dict[str, Any]] = []
         """One entry per fine-tuning round (saved with checkpoints)."""
