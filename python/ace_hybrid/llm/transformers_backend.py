@@ -42,6 +42,7 @@ from ace_hybrid.llm.backend import (
     LLMError,
     Prompt,
     as_messages,
+    check_finetune_args,
     check_reduction,
     check_strings,
     generate_request,
@@ -511,59 +512,50 @@ class TransformersBackend:
         lr = cfg.lora_lr if lr is None else lr
         epochs = cfg.lora_epochs if epochs is None else epochs
         batch_size = cfg.lora_batch_size if batch_size is None else batch_size
-        for name, value, lo in (("rank", rank, 1), ("epochs", epochs, 1), ("batch_size", batch_size, 1)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-                raise ValueError(f"{name} = {value!r} must be an integer >= {lo}")
-        for name, value in (("alpha", alpha), ("lr", lr)):
-            if not np.isfinite(value) or value <= 0:
-                raise ValueError(f"{name} = {value!r} must be finite and > 0")
-        items = list(pairs)
-        if not items:
-            raise ValueError("pairs = [] is empty; give at least one (prompt, answer) pair")
-        for i, pair in enumerate(items):
-            if len(pair) != 2 or not isinstance(pair[1], str) or not pair[1]:
-                raise ValueError(f"pairs[{i}] = {pair!r} must be (prompt, non-empty answer)")
-            as_messages(pair[0])
-        from tqdm.auto import tqdm  # a dependency of transformers
-
-        torch = self._torch
+        items = check_finetune_args(pairs, rank, alpha, lr, epochs, batch_size)
         started = time.perf_counter()
-        losses: list[float] = []
         with self._guard("finetune"), _quiet_third_party():
             self._ensure_adapter(rank, float(alpha))
             examples = [(self.render(p), self.encode(a) + self._eos_ids[:1]) for p, a in items]
-            n_answer = sum(len(a) for _, a in examples)
             params = [p for p in self.model.parameters() if p.requires_grad]
-            optimizer = torch.optim.AdamW(params, lr=float(lr))
-            generator = torch.Generator().manual_seed(cfg.seed + self._finetune_calls)
-            self._finetune_calls += 1
-            if cfg.lora_checkpointing:
-                self._enable_checkpointing()
-            self.model.train()
-            steps = epochs * -(-len(examples) // batch_size)
-            bar = tqdm(total=steps, desc="LoRA fine-tuning", unit="step", leave=False, disable=steps < 4)
-            try:
-                for _ in range(epochs):
-                    order = torch.randperm(len(examples), generator=generator).tolist()
-                    for start in range(0, len(order), batch_size):
-                        batch = [examples[j] for j in order[start : start + batch_size]]
-                        optimizer.zero_grad(set_to_none=True)
-                        loss = self._accumulate_answer_loss(batch, cfg.lora_micro_batch)
-                        if not np.isfinite(loss):
-                            raise LLMError(f"non-finite fine-tuning loss {loss}", backend=self.name, kind="model")
-                        optimizer.step()
-                        losses.append(loss)
-                        bar.update()
-                        bar.set_postfix(loss=f"{loss:.3f}")
-                        self._stats["finetune_steps"] += 1
-                        self._stats["tokens_in"] += sum(len(p) + len(a) for p, a in batch)
-            finally:
-                bar.close()
-                self.model.eval()
-            trainable = sum(p.numel() for p in params)
-        return FinetuneStats(
-            len(losses), epochs, len(items), n_answer, tuple(losses), trainable, time.perf_counter() - started
-        )
+            losses = self._train(examples, params, float(lr), epochs, batch_size)
+        return FinetuneStats(len(losses), epochs, len(items), sum(len(a) for _, a in examples), tuple(losses),
+                             sum(p.numel() for p in params), time.perf_counter() - started)
+
+    def _train(self, examples: list[tuple[list[int], list[int]]], params: list[Any], lr: float, epochs: int,
+               batch_size: int) -> list[float]:
+        """AdamW over ``epochs`` shuffled passes of ``examples`` (prompt ids, answer ids); each step's loss."""
+        from tqdm.auto import tqdm  # a dependency of transformers
+
+        torch, cfg = self._torch, self.config
+        optimizer = torch.optim.AdamW(params, lr=lr)
+        generator = torch.Generator().manual_seed(cfg.seed + self._finetune_calls)
+        self._finetune_calls += 1
+        if cfg.lora_checkpointing:
+            self._enable_checkpointing()
+        losses: list[float] = []
+        steps = epochs * -(-len(examples) // batch_size)
+        bar = tqdm(total=steps, desc="LoRA fine-tuning", unit="step", leave=False, disable=steps < 4)
+        self.model.train()
+        try:
+            for _ in range(epochs):
+                order = torch.randperm(len(examples), generator=generator).tolist()
+                for start in range(0, len(order), batch_size):
+                    batch = [examples[j] for j in order[start : start + batch_size]]
+                    optimizer.zero_grad(set_to_none=True)
+                    loss = self._accumulate_answer_loss(batch, cfg.lora_micro_batch)
+                    if not np.isfinite(loss):
+                        raise LLMError(f"non-finite fine-tuning loss {loss}", backend=self.name, kind="model")
+                    optimizer.step()
+                    losses.append(loss)
+                    bar.update()
+                    bar.set_postfix(loss=f"{loss:.3f}")
+                    self._stats["finetune_steps"] += 1
+                    self._stats["tokens_in"] += sum(len(p) + len(a) for p, a in batch)
+        finally:
+            bar.close()
+            self.model.eval()
+        return losses
 
     def _enable_checkpointing(self) -> None:
         """Activation checkpointing, non-reentrant (it works with frozen embeddings, no input grads needed); it
