@@ -8,7 +8,7 @@ from ace_hybrid.config.checks import check
 
 __all__ = ["ACTOR_RANKERS", "QUEUE_OVERFLOW", "ACEConfig"]
 
-ACTOR_RANKERS = ("llm", "lac", "sim", "q", "random")
+ACTOR_RANKERS = ("llm", "judge", "lac", "sim", "q", "random")
 """Valid values of :attr:`ACEConfig.ranker`."""
 
 QUEUE_OVERFLOW = ("skip", "drop_oldest")
@@ -39,10 +39,11 @@ class ACEConfig:
     """Rounds of propose -> validate per bad transition; a failed attempt is put in the next round's prompt."""
     ranker: str = "sim"
     """How the actor picks among candidates (shown in a seeded shuffled order): "llm" (the model answers with a
-    candidate's letter, read from the letters' log-probabilities), "lac" (prior x exp(lac_alpha Q_LLM), Q_LLM from
-    GOOD/BAD token logits), or the controls "sim" (lowest simulated max loading), "q" (the SAC critic's best) and
-    "random". The default is what measures best in benchmarks/bench_actor.py (see the README's LLM section for the
-    embedded model against these controls); point "llm" at a stronger model and measure it there."""
+    candidate's letter, read from the letters' log-probabilities), "judge" (each candidate judged alone, GOOD or BAD,
+    the best log P(GOOD) - log P(BAD) chosen; co-evolution then teaches it the simulator's verdicts), "lac" (prior x
+    exp(lac_alpha Q_LLM)), or the controls "sim" (lowest simulated max loading), "q" (the SAC critic's best) and
+    "random". The default is what measures best in benchmarks/bench_actor.py (docs/ace.md: the embedded model against
+    these controls); point "llm" or "judge" at a stronger model and measure it there."""
     show_effects: bool = True
     """Show each candidate's simulated one-step effect (max loading, lines over the limit, lines off) in the LLM's
     prompt ("reading"); false shows the state and the candidates' texts only ("knowledge of the grid")."""

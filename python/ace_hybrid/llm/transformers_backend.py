@@ -19,7 +19,6 @@ ValueError for invalid arguments.
 from __future__ import annotations
 
 import contextlib
-import copy
 import inspect
 import logging
 import os
@@ -34,6 +33,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ace_hybrid.llm import shared_prefix
 from ace_hybrid.llm.backend import (
     CandidateScores,
     FinetuneStats,
@@ -270,13 +270,10 @@ class TransformersBackend:
             shared = self.config.share_prompt_cache and self._prefix_ok and len(items) > 1
             if shared:
                 try:
-                    totals[:] = self._score_shared_prefix(prompt_ids, cand_ids)
+                    totals[:] = shared_prefix.continuation_logprobs(self, prompt_ids, cand_ids)
                     self._stats["tokens_in"] += len(prompt_ids) + int(counts.sum())
                 except (AttributeError, TypeError, NotImplementedError) as exc:
-                    # this architecture's cache cannot be expanded over a batch: score without sharing
-                    log.warning("prompt-cache sharing unavailable (%s: %s); scoring full sequences",
-                                type(exc).__name__, exc)
-                    self._prefix_ok = False
+                    self._no_prefix_sharing(exc)
                     shared = False
             for start in range(0, 0 if shared else len(items), step):
                 chunk = cand_ids[start : start + step]
@@ -293,48 +290,10 @@ class TransformersBackend:
             totals = totals / counts
         return CandidateScores(totals, counts, "teacher_forcing", reduction)
 
-    def _score_shared_prefix(self, prompt_ids: list[int], cand_ids: list[list[int]]) -> npt.NDArray[np.float64]:
-        """Summed candidate log-probs with the prompt run once and its key/value cache shared.
-
-        The prompt's forward gives the first candidate token's distribution and a cache; each chunk of
-        candidates (right-padded, positions continuing after the prompt) runs on a copy of that cache
-        repeated over the batch. Cost: one prompt forward + the candidate tokens, instead of the prompt
-        once per candidate.
-        """
-        torch = self._torch
-        n_prompt = len(prompt_ids)
-        kwargs: dict[str, Any] = {"input_ids": torch.tensor([prompt_ids], device=self.device), "use_cache": True}
-        if self._has_logits_to_keep:
-            kwargs["logits_to_keep"] = 1
-        out = self.model(**kwargs)
-        first = torch.log_softmax(out.logits[0, -1].float(), dim=-1)
-        prefix = getattr(out, self._cache_name, None)
-        if prefix is None or not hasattr(prefix, "batch_repeat_interleave"):
-            raise NotImplementedError(f"the model returned no expandable cache ({type(prefix).__name__})")
-        totals = np.empty(len(cand_ids), dtype=np.float64)
-        step = self.config.score_batch_size
-        for start in range(0, len(cand_ids), step):
-            chunk = cand_ids[start : start + step]
-            width = max(len(c) for c in chunk)
-            ids = torch.full((len(chunk), width), self._pad_id, dtype=torch.long)
-            mask = torch.zeros((len(chunk), n_prompt + width), dtype=torch.long)
-            mask[:, :n_prompt] = 1
-            for row, c in enumerate(chunk):
-                ids[row, : len(c)] = torch.tensor(c, dtype=torch.long)
-                mask[row, n_prompt : n_prompt + len(c)] = 1
-            positions = (n_prompt + torch.arange(width)).expand(len(chunk), width)
-            cache = copy.deepcopy(prefix)
-            cache.batch_repeat_interleave(len(chunk))
-            ids, mask, positions = ids.to(self.device), mask.to(self.device), positions.to(self.device)
-            logits = self.model(
-                input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **{self._cache_name: cache}
-            ).logits
-            rest = torch.log_softmax(logits[:, :-1].float(), dim=-1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-            lens = torch.tensor([len(c) for c in chunk], device=rest.device)
-            in_candidate = torch.arange(1, width, device=rest.device)[None, :] < lens[:, None]
-            sums = first[ids[:, 0]] + (rest * in_candidate).sum(-1)
-            totals[start : start + len(chunk)] = sums.double().cpu().numpy()
-        return totals
+    def _no_prefix_sharing(self, exc: Exception) -> None:
+        """This architecture's cache cannot be repeated over a batch: score full sequences from now on."""
+        log.warning("prompt-cache sharing unavailable (%s: %s); scoring full sequences", type(exc).__name__, exc)
+        self._prefix_ok = False
 
     def first_token_ids(self, tokens: Sequence[str]) -> list[int]:
         """Token id of the first token of each string (ValueError if two strings share it)."""
@@ -380,6 +339,14 @@ class TransformersBackend:
         with self._guard("next_token_logprobs"), torch.inference_mode():
             rendered = [self.render(p) for p in prompts]
             index = torch.tensor(token_ids, device=self.device)
+            shared = shared_prefix.common_prefix(rendered) if len(rendered) > 1 else 0
+            if self.config.share_prompt_cache and self._prefix_ok and shared >= shared_prefix.MIN_SHARED_TOKENS:
+                try:
+                    out[:] = shared_prefix.next_token_logprobs(self, rendered, shared, index)
+                    self._stats["tokens_in"] += shared + sum(len(r) - shared for r in rendered)
+                    return out
+                except (AttributeError, TypeError, NotImplementedError) as exc:
+                    self._no_prefix_sharing(exc)
             step = self.config.score_batch_size
             for start in range(0, len(rendered), step):
                 chunk = rendered[start : start + step]

@@ -35,7 +35,8 @@ class CoEvolutionInLoop:
 
     def __init__(self, backend: LLMBackend, ace: ACEConfig, adapter_dir: Path, seed: int) -> None:
         self.core = CoEvolution(backend, every=ace.finetune_every, n_pairs=ace.finetune_pairs, adapter_dir=adapter_dir,
-                                probe_size=ace.probe_size, orders=ace.sft_orders, seed=seed)
+                                probe_size=ace.probe_size, orders=ace.sft_orders, seed=seed,
+                                target="judge" if ace.ranker == "judge" else "letter")
         self._before: dict[str, Any] | None = None
         """The state from before the round in flight (None: no round in flight)."""
         self._held_records: list[tuple[Refinement, int]] = []
