@@ -63,7 +63,7 @@ test-py: install
 # The documentation site (mkdocs.yml, pages under docs/): strict, so a broken link, a missing page, a module missing
 # from docs/architecture.md's map or a failing `ace-hybrid train --help-config` fails the build.
 docs: install
-	$(VENV)/bin/mkdocs build --strict -d build/site
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -d build/site
 
 dev: venv
 	$(VENV)/bin/cmake -S . -B build/dev -G Ninja -DPython_EXECUTABLE=$(abspath $(PY)) \

@@ -41,7 +41,8 @@ from compare_peers import markdown_table, update_markdown  # noqa: E402
 
 DEFAULT_PROBLEMS = ap.ROOT / "benchmarks" / "data" / "actor_problems.json"
 ACE_MARGINS = ap.ACE_MARGINS
-RANKERS = ("llm", "lac", "sim", "random")
+RANKERS = ("llm", "judge", "lac", "sim", "random")
+LLM = ("llm", "judge", "lac")
 
 
 def make_llm(spec: str) -> Any:
@@ -170,11 +171,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.limit:
         problems = problems[: args.limit]
     show = not args.no_effects
-    backend = make_llm(args.backend) if any(r in ("llm", "lac") for r in rankers) else None
-    firsts = {r: ap.first_choices(Ranker(r, backend if r in ("llm", "lac") else None, seed=args.seed), problems,
+    backend = make_llm(args.backend) if any(r in LLM for r in rankers) else None
+    firsts = {r: ap.first_choices(Ranker(r, backend if r in LLM else None, seed=args.seed), problems,
                                   args.orders, show_effects=show, seed=args.seed, desc=f"first choice ({r})")
               for r in rankers}
-    refined = {r: run_ranker(r, problems, backend if r in ("llm", "lac") else None, args.rounds, show, args.seed)
+    refined = {r: run_ranker(r, problems, backend if r in LLM else None, args.rounds, show, args.seed)
                for r in rankers} if args.rounds else {}
     per_env = ", ".join(f"{sum(q['env'] == e for q in problems)} on {e}" for e in sorted({q["env"] for q in problems}))
     cmd = "PYTHONPATH=python python benchmarks/bench_actor.py " + " ".join(argv if argv is not None else sys.argv[1:])

@@ -56,26 +56,49 @@ def training_stream(problems: list[dict[str, Any]], seed: int) -> list[dict[str,
     return [train[i] for i in np.random.default_rng(seed).permutation(len(train))]
 
 
-def evaluate(backend: Any, problems: list[dict[str, Any]], orders: int, show_effects: bool) -> dict[str, Any]:
+RANKER = {"letter": "llm", "judge": "judge"}
+"""The actor's ranker that asks the model each format's question."""
+
+
+def training_pairs(problems: list[dict[str, Any]], fmt: str, orders: int, show: bool, seed: int
+                   ) -> list[tuple[Any, str]]:
+    """The pairs of a chunk of training problems: the best candidate's letter under ``orders`` orders, or the
+    simulator's verdicts on the best candidate (GOOD) and on one other it did not accept (BAD), balanced."""
+    from ace_hybrid.llm.coevolution import content_pairs, judge_pairs
+
+    if fmt == "letter":
+        return content_pairs([(ap.choice_problem(p, show), ap.best_candidate(p)) for p in problems], orders, seed)
+    rng = np.random.default_rng(seed)
+    examples = []
+    for p in problems:
+        bad = [k for k, ok in enumerate(p["good"]) if not ok]
+        verdicts = [(ap.best_candidate(p), True)] + ([(int(rng.choice(bad)), False)] if bad else [])
+        examples.append((ap.choice_problem(p, show), verdicts))
+    return judge_pairs(examples, seed)
+
+
+def evaluate(backend: Any, problems: list[dict[str, Any]], orders: int, show_effects: bool, fmt: str
+             ) -> dict[str, Any]:
     """The model's position-controlled first choices on ``problems`` (per problem: the chosen candidates and
     positions under each order) and the seconds it took."""
     from ace_hybrid.llm.rankers import Ranker
 
     started = time.perf_counter()
-    chosen, position = ap.first_choices(Ranker("llm", backend), problems, orders, show_effects=show_effects,
+    chosen, position = ap.first_choices(Ranker(RANKER[fmt], backend), problems, orders, show_effects=show_effects,
                                         desc="evaluate")
     return {"chosen": chosen.tolist(), "position": position.tolist(), "seconds": time.perf_counter() - started}
 
 
-def prompt_tokens(backend: Any, problems: list[dict[str, Any]], show_effects: bool) -> float:
-    """Mean prompt length in tokens (what a fine-tuning step and a call cost grows with)."""
-    return float(np.mean([len(backend.render(ap.choice_problem(p, show_effects).prompt())) for p in problems[:50]]))
+def prompt_tokens(backend: Any, problems: list[dict[str, Any]], show_effects: bool, fmt: str) -> float:
+    """Mean prompt length in tokens (what a fine-tuning step and a call cost grows with; a judged problem asks one
+    prompt per candidate)."""
+    problems = [ap.choice_problem(p, show_effects) for p in problems[:50]]
+    prompts = [p.prompt() for p in problems] if fmt == "letter" else [p.judge_prompt(0) for p in problems]
+    return float(np.mean([len(backend.render(q)) for q in prompts]))
 
 
 def run_curve(args: argparse.Namespace, problems: list[dict[str, Any]], out: Path) -> dict[str, Any]:
     """Train and evaluate point by point, resuming from ``out``/curve.json; returns the curve."""
-    from ace_hybrid.llm.coevolution import content_pairs
-
     show = args.setting == "reading"
     stream = training_stream(problems, args.seed)
     evaluation = [p for p in problems if split_of(p) == args.split]
@@ -94,24 +117,24 @@ def run_curve(args: argparse.Namespace, problems: list[dict[str, Any]], out: Pat
             raise SystemExit(f"{path} holds points {done}, not a start of --pairs {points}: use another --out")
         if done[-1] > 0:
             backend.load_adapter(out / f"adapter-{done[-1]}")
-    curve["prompt_tokens"] = prompt_tokens(backend, evaluation, show)
+    curve["prompt_tokens"] = prompt_tokens(backend, evaluation, show, args.format)
     curve["evaluation"] = [(p["env"], p["scenario"], p["seed"], len(p["prefix"])) for p in evaluation]
     previous = done[-1] if done else 0
     model = args.backend.replace("/", "_").replace(":", "_")
-    base = out.parent / f"base-{model}-{args.setting}-{args.split}-{len(evaluation)}x{args.eval_orders}.json"
+    base = out.parent / (f"base-{model}-{args.format}-{args.setting}-{args.split}-{len(evaluation)}x"
+                         f"{args.eval_orders}.json")
     for n in points[len(done):]:
         entry: dict[str, Any] = {"pairs": n, "finetune_seconds": 0.0, "steps": 0, "losses": []}
         if n == 0 and base.is_file():  # the untrained model's answers: the same for every configuration
             entry.update(json.loads(base.read_text()))
         elif n > previous:
-            chunk = [(ap.choice_problem(p, show), ap.best_candidate(p)) for p in stream[previous:n]]
-            pairs = content_pairs(chunk, args.orders, args.seed + n)
+            pairs = training_pairs(stream[previous:n], args.format, args.orders, show, args.seed + n)
             stats = backend.finetune(pairs, rank=args.rank, alpha=2.0 * args.rank, lr=args.lr, epochs=args.epochs,
                                      batch_size=args.batch_size)
             backend.save_adapter(out / f"adapter-{n}")
             entry.update(finetune_seconds=stats.seconds, steps=stats.steps, losses=list(stats.losses))
         if "chosen" not in entry:
-            entry.update(evaluate(backend, evaluation, args.eval_orders, show))
+            entry.update(evaluate(backend, evaluation, args.eval_orders, show, args.format))
             if n == 0:
                 base.write_text(json.dumps({k: entry[k] for k in ("chosen", "position", "seconds")}))
         curve["points"].append(entry)
@@ -198,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--per-env", type=int, default=1200)
     p.add_argument("--envs", default=",".join(ap.ENVS))
     p.add_argument("--setting", choices=("reading", "knowledge"), default="reading")
+    p.add_argument("--format", choices=("letter", "judge"), default="judge",
+                   help="what the model is asked and taught: the right candidate's letter, or a verdict per candidate")
     p.add_argument("--split", choices=("dev", "held-out"), default="dev", help="what the curve is evaluated on")
     p.add_argument("--eval-limit", type=int, default=0, help="evaluate on N problems of the split, every k-th (0: all)")
     p.add_argument("--pairs", default="0,100,300,1000", help="training problems seen at each point")
@@ -228,11 +253,13 @@ def main(argv: list[str] | None = None) -> int:
         problems = ap.load_problems(args.problems, args.per_env, args.seed + 11, False, envs)
     if args.plot:
         folders = [Path(x) for x in args.plot.split(",")]
-        plot({json.loads((f / "curve.json").read_text())["config"]["setting"]: json.loads(
-            (f / "curve.json").read_text()) for f in folders}, problems, args.figure)
+        curves = [json.loads((f / "curve.json").read_text()) for f in folders]
+        plot({f"{c['config'].get('format', 'letter')}, {c['config']['setting']}": c for c in curves}, problems,
+             args.figure)
         print(f"wrote {args.figure}")
         return 0
-    name = args.name or (f"{args.setting}-{args.split}-r{args.rank}-lr{args.lr:g}-e{args.epochs}-o{args.orders}"
+    name = args.name or (f"{args.format}-{args.setting}-{args.split}-r{args.rank}-lr{args.lr:g}-e{args.epochs}"
+                         f"-o{args.orders}"
                          f"{'-' + args.lora_modules.replace(',', '+') if args.lora_modules else ''}")
     out = args.out / name
     out.mkdir(parents=True, exist_ok=True)
@@ -241,18 +268,21 @@ def main(argv: list[str] | None = None) -> int:
     cmd = "PYTHONPATH=python python benchmarks/bench_coevolution.py " + " ".join(
         argv if argv is not None else sys.argv[1:])
     text = "\n".join([
-        f"### Co-evolution's learning curve ({args.setting}, evaluated on the {args.split} split)", "",
+        f"### Co-evolution's learning curve ({args.format}, {args.setting}, evaluated on the {args.split} split)", "",
         f"Command: `{cmd.strip()}` (torch threads {args.threads})", "",
         f"{len(problems)} labelled bad transitions of {', '.join(envs)} (train {counts['train']}, dev {counts['dev']}, "
         f"held-out {counts['held-out']}; whole episodes per split), 8 candidates each; evaluation on "
         f"{len(curve['evaluation'])} problems x {args.eval_orders} shuffled orders; LoRA rank {args.rank}, lr "
-        f"{args.lr:g}, {args.epochs} epoch(s) per chunk, {args.orders} pairs per training problem, batch "
-        f"{args.batch_size}; prompts of {curve['prompt_tokens']:.0f} tokens on average. Intervals: 95% bootstrap "
-        "over problems.", "", report(curve, problems), ""])
+        f"{args.lr:g}, {args.epochs} epoch(s) per chunk, batch {args.batch_size}; "
+        + (f"{args.orders} letter pairs per training problem; prompts of {curve['prompt_tokens']:.0f} tokens"
+           if args.format == "letter" else
+           f"a GOOD and a BAD verdict per training problem, balanced; one prompt of {curve['prompt_tokens']:.0f} "
+           "tokens per candidate") + " on average. Intervals: 95% bootstrap over problems.", "",
+        report(curve, problems), ""])
     print(text)
     (out / "report.md").write_text(text)
     if args.output:
-        update_markdown(args.output, f"coevolution-{args.setting}", text)
+        update_markdown(args.output, f"coevolution-{args.format}-{args.setting}", text)
     return 0
 
 

@@ -13,6 +13,15 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Allow-list the known third-party warnings (``filterwarnings = ["error"]`` in pyproject.toml makes every other
+    one an error); the list is the package's, the one the command line ignores."""
+    from ace_hybrid.known_warnings import KNOWN_WARNINGS
+
+    for spec in KNOWN_WARNINGS:
+        config.addinivalue_line("filterwarnings", spec)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _private_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Keep the tests' writable copies (scores, catalogs) out of the user's cache."""

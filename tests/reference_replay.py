@@ -70,7 +70,7 @@ class Item:
 class ReferenceReplay:
     obs_dim: int
     rl_capacity: int
-    llm_capacity: int
+    validated_capacity: int
     alpha: float = 0.6
     beta: float = 0.25
     tau: float = 1.0
@@ -121,11 +121,11 @@ class ReferenceReplay:
         self.prev = (episode, decision, bool(done), bool(truncated))
         return head << 1
 
-    def add_llm(
+    def add_validated(
         self, obs, action, reward, next_obs, done, truncated, episode, decision, improvement, valid
     ) -> int:
         pos = self.llm_written
-        self.llm_items.pop(pos - self.llm_capacity, None)
+        self.llm_items.pop(pos - self.validated_capacity, None)
         r = float(np.float32(reward))
         self.llm_items[pos] = Item(
             np.asarray(obs, np.float32).copy(), np.asarray(next_obs, np.float32).copy(), action, r, r,
@@ -146,9 +146,9 @@ class ReferenceReplay:
         return pos, w
 
     def llm_weights(self) -> tuple[np.ndarray, np.ndarray]:
-        first = self.llm_written - self.llm_capacity
+        first = self.llm_written - self.validated_capacity
         live = {p: it for p, it in self.llm_items.items() if p >= first}
-        pos = np.array(sorted(live, key=lambda p: p % self.llm_capacity), dtype=np.int64)
+        pos = np.array(sorted(live, key=lambda p: p % self.validated_capacity), dtype=np.int64)
         w = np.array(
             [
                 math.exp(min(60.0, max(-60.0, live[p].improvement / self.tau))) if live[p].valid else 0.0
@@ -219,7 +219,7 @@ class ReferenceReplay:
             "index": np.array(handles, dtype=np.int64),
             "q": q,
             "weight": raw / raw.max(),
-            "from_llm": np.array([h & 1 == 1 for h in handles]),
+            "from_validated": np.array([h & 1 == 1 for h in handles]),
             "obs": np.stack([r.obs for r in rows]),
             "next_obs": np.stack([r.next_obs for r in rows]),
             "action": np.array([r.action for r in rows], dtype=np.int64),

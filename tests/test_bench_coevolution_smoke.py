@@ -46,7 +46,7 @@ def test_the_shipped_set_has_disjoint_splits_of_two_grids_and_a_best_candidate_w
 
 def test_a_curve_trains_evaluates_resumes_and_is_drawn(problems, tmp_path: Path) -> None:
     model = fixtures.build_tiny_model(tmp_path / "tiny")
-    args = ["--backend", f"transformers:{model}", "--split", "dev", "--eval-limit", "4", "--eval-orders", "2",
+    args = ["--backend", f"transformers:{model}", "--format", "letter", "--split", "dev", "--eval-limit", "4", "--eval-orders", "2",
             "--threads", "1", "--out", str(tmp_path / "curves"), "--name", "c"]
     assert bc.main([*args, "--pairs", "0,8"]) == 0
     curve = json.loads((tmp_path / "curves" / "c" / "curve.json").read_text())
@@ -58,15 +58,19 @@ def test_a_curve_trains_evaluates_resumes_and_is_drawn(problems, tmp_path: Path)
     assert again["points"][:2] == curve["points"] and again["points"][2]["pairs"] == 16
     with pytest.raises(SystemExit, match="not a start of"):
         bc.main([*args, "--pairs", "0,4"])
+    judge = ["--backend", f"transformers:{model}", "--format", "judge", "--split", "dev", "--eval-limit", "3",
+             "--eval-orders", "1", "--threads", "1", "--out", str(tmp_path / "curves"), "--name", "j"]
+    assert bc.main([*judge, "--pairs", "0,6"]) == 0
+    judged = json.loads((tmp_path / "curves" / "j" / "curve.json").read_text())
+    assert judged["config"]["format"] == "judge" and 1 <= judged["points"][1]["steps"] <= 2  # <= 12 pairs, batch 8
     figure = tmp_path / "curve.png"
-    assert bc.main(["--plot", str(tmp_path / "curves" / "c"), "--figure", str(figure)]) == 0
+    assert bc.main(["--plot", f"{tmp_path / 'curves' / 'c'},{tmp_path / 'curves' / 'j'}", "--figure", str(figure)]) == 0
     assert figure.stat().st_size > 1000
 
 
-def test_the_training_pairs_spread_the_target_letter(problems) -> None:
-    from ace_hybrid.llm.coevolution import content_pairs
-
+def test_the_training_pairs_spread_the_target_letter_and_balance_the_verdicts(problems) -> None:
     stream = bc.training_stream(problems, seed=0)[:200]
-    pairs = content_pairs([(ap.choice_problem(p), ap.best_candidate(p)) for p in stream], 2, 0)
-    letters = Counter(label for _, label in pairs)
-    assert max(letters.values()) / len(pairs) < 0.15  # 8 letters: 12.5% each
+    letters = Counter(label for _, label in bc.training_pairs(stream, "letter", 2, True, 0))
+    assert max(letters.values()) / sum(letters.values()) < 0.15  # 8 letters: 12.5% each
+    verdicts = Counter(v for _, v in bc.training_pairs(stream, "judge", 1, True, 0))
+    assert verdicts["GOOD"] == verdicts["BAD"] > 100

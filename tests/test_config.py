@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("torch")
-from ace_hybrid.config import Config, config_from_dict, describe_fields, load_config, parse_override
+from ace_hybrid.config import Config, config_from_dict, describe_fields, load_config, parse_override, renamed_keys
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -44,6 +44,29 @@ def test_overrides_are_coerced_by_field_type() -> None:
 def test_bad_values_fail_at_start_naming_the_key(override: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         load_config(None, [override])
+
+
+def test_a_renamed_key_is_refused_naming_the_new_one(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="'replay.llm_capacity' was renamed: use 'replay.validated_capacity'"):
+        load_config(None, ["replay.llm_capacity=10"])
+    old = tmp_path / "old.toml"
+    old.write_text("[replay]\nllm_capacity = 10\n")
+    with pytest.raises(ValueError, match="use 'replay.validated_capacity'"):
+        load_config(old)
+
+
+def test_a_configuration_saved_under_an_old_key_is_read_under_the_new_one() -> None:
+    saved = load_config(None, ["replay.validated_capacity=123"]).to_dict()
+    saved["replay"]["llm_capacity"] = saved["replay"].pop("validated_capacity")  # a checkpoint from before the rename
+    assert config_from_dict(saved).replay.validated_capacity == 123
+    assert "llm_capacity" in saved["replay"]  # the caller's dictionary is left as it was
+
+
+def test_renamed_keys_move_both_ways_and_leave_the_input_alone() -> None:
+    saved = load_config().to_dict()
+    first = renamed_keys(saved, first_names=True)
+    assert "llm_capacity" in first["replay"] and "validated_capacity" not in first["replay"]
+    assert renamed_keys(first) == saved and "validated_capacity" in saved["replay"]
 
 
 def test_bad_files_name_the_file(tmp_path: Path) -> None:

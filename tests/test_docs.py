@@ -49,7 +49,8 @@ def test_a_page_without_a_module_map_is_an_error() -> None:
 
 def test_package_modules_name_subpackages_modules_and_the_extension() -> None:
     modules = hooks.package_modules()
-    assert {"__init__.py", "_core", "config.py", "training/", "training/loop.py", "grid/catalog.py"} <= modules
+    assert {"__init__.py", "_core", "config/", "config/ace.py", "training/", "training/loop.py",
+            "grid/catalog.py"} <= modules
     assert not any("__pycache__" in m for m in modules)
 
 

@@ -233,6 +233,26 @@ def test_changed_settings_do_not_silently_reuse_finished_cells(finished) -> None
         ex.run_experiment(spec, out, progress=False)
 
 
+def test_a_renamed_configuration_key_leaves_finished_cells_and_runs_valid(finished, tmp_path: Path) -> None:
+    """Fingerprints hash renamed keys under their first names, and a run whose config.json predates a rename is
+    still the same run: renaming replay.llm_capacity makes no experiment rerun anything."""
+    path, out, _ = finished
+    import shutil
+
+    cfg = ex.load_experiment(path).row_config(ex.load_experiment(path).rows[1], 0)
+    assert "llm_capacity" in ex.cells._settings(cfg)["replay"]  # what fingerprints hash
+    copy = tmp_path / "out"
+    shutil.copytree(out, copy)
+    saved = copy / "runs" / "sac-only-seed0" / "config.json"
+    old = json.loads(saved.read_text())
+    old["replay"]["llm_capacity"] = old["replay"].pop("validated_capacity")  # as written before the rename
+    saved.write_text(json.dumps(old))
+    for cell in ("sac-only-alone-seed0", "sac-only-top2-seed0"):  # no sibling to reuse: the run itself is checked
+        (copy / "cells" / f"{cell}.json").unlink()
+    result = ex.run_experiment(ex.load_experiment(path, rows=["sac-only-alone"], seeds=[0]), copy, progress=False)
+    assert result["ran"] == ["sac-only-alone-seed0"] and result["cells"][0]["train"]["resumed"]
+
+
 def test_on_validation_tests_every_row_apart_and_reuses_the_trained_runs(finished, tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     import shutil

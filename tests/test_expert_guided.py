@@ -25,11 +25,11 @@ pytestmark = [pytest.mark.grid2op, pytest.mark.slow]
 def test_the_tutor_decides_first_and_fills_the_validated_partition(tmp_path: Path) -> None:
     cfg = load_config(None, [*TINY, "train.total_env_steps=200", "train.tutor_steps=100", "train.tutor_budget=4",
                              "train.imitation_weight=1.0",
-                             "replay.llm_capacity=500", "train.eval_every=0", "log.tensorboard=false"])
+                             "replay.validated_capacity=500", "train.eval_every=0", "log.tensorboard=false"])
     summary = train(cfg, tmp_path / "run")
     state = load_checkpoint_file(tmp_path / "run" / "checkpoint.pt")
     replay = MixedReplayBuffer.load(tmp_path / "run" / state["replay_file"])
-    n_llm, n_rl = int(replay.llm_size), len(replay.rl_columns()["index"])
+    n_llm, n_rl = int(replay.validated_size), len(replay.rl_columns()["index"])
     assert summary["time_split"]["tutor"] > 0
     assert n_llm > 0 and n_rl > 0  # the tutor's decisions, then the policy's after the warm start
     assert n_llm + n_rl <= summary["decisions"]

@@ -103,14 +103,15 @@ def test_report_without_results_is_an_error(tmp_path: Path, capsys: pytest.Captu
 
 
 def test_config_reads_toml_with_tomli_below_python_3_11() -> None:
-    """pyproject requires tomli exactly where config.py imports it: run config.py as Python 3.10 would see it."""
+    """pyproject requires tomli exactly where the configuration imports it: run config/loading.py as Python 3.10 would
+    see it."""
     assert "tomli>=2.0; python_version < '3.11'" in PYPROJECT["project"]["dependencies"]
     code = f"""
 import importlib.util, sys, tomllib
 sys.version_info = (3, 10, 13, "final", 0)
 sys.modules["tomllib"] = None          # absent before 3.11
 sys.modules["tomli"] = tomllib         # what pip installs there (same API)
-spec = importlib.util.spec_from_file_location("config310", {str(REPO / "python/ace_hybrid/config.py")!r})
+spec = importlib.util.spec_from_file_location("config310", {str(REPO / "python/ace_hybrid/config/loading.py")!r})
 config = importlib.util.module_from_spec(spec)
 sys.modules["config310"] = config
 spec.loader.exec_module(config)

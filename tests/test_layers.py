@@ -1,6 +1,6 @@
 """The package's layers: imports flow one way, no module imports one above it, and there is no cycle.
 
-    config, files, processes, _core  <-  replay, sampling, masking, topology  <-  sac, grid/  <-  llm/
+    config, files, known_warnings, _core  <-  replay, sampling, masking, topology, processes  <-  sac, grid/  <-  llm/
         <-  training/  <-  agents  <-  experiment  <-  report  <-  cli
 
 Every import counts, wherever it is written: at the top, inside a function (lazy) or under ``TYPE_CHECKING``. The
@@ -20,8 +20,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "python" / "ace_hybrid"
 
 #: Layer of each top-level module or subpackage; a module may import strictly lower layers and its own subpackage.
 LAYERS = {
-    "config": 0, "files": 0, "processes": 0, "_core": 0,
-    "replay": 1, "sampling": 1, "masking": 1, "topology": 1,
+    "config": 0, "files": 0, "known_warnings": 0, "_core": 0,
+    "replay": 1, "sampling": 1, "masking": 1, "topology": 1, "processes": 1,
     "sac": 2, "grid": 2,
     "llm": 3,
     "training": 4,
@@ -123,7 +123,8 @@ def test_the_checks_catch_a_bad_import(tmp_path: Path) -> None:
     assert _imports(src, known) == {"ace_hybrid.training.run", "ace_hybrid.llm", "ace_hybrid.sac"}
 
 
-@pytest.mark.parametrize("module", ["ace_hybrid.config", "ace_hybrid.files", "ace_hybrid.processes"])
+@pytest.mark.parametrize("module", ["ace_hybrid.config", "ace_hybrid.files", "ace_hybrid.processes",
+                                    "ace_hybrid.known_warnings"])
 def test_reading_the_configuration_imports_no_heavy_dependency(module: str) -> None:
     code = (f"import sys, {module}\n"
             "heavy = sorted(m for m in ('torch', 'grid2op', 'transformers', 'peft', 'lightsim2grid', 'ray') if m in sys.modules)\n"

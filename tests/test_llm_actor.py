@@ -321,7 +321,7 @@ def test_bad_actor_arguments_name_the_value(setting) -> None:
 # ------------------------------------------------------------------------------------- ACE through the loop
 
 TINY = [
-    *tiny_settings.TINY, "env.eval_max_steps=30", "env.max_episode_steps=25", "replay.llm_capacity=100",
+    *tiny_settings.TINY, "env.eval_max_steps=30", "env.max_episode_steps=25", "replay.validated_capacity=100",
     "train.checkpoint_every=60", "train.eval_every=0", "log.tensorboard=false",
     "llm.backend=transformers", "ace.r_bar=0.3", "ace.critic_start=0", "ace.critic_every=1",
     "ace.finetune_every=4", "ace.finetune_pairs=4", "ace.probe_size=2", "ace.validation_steps=6",
@@ -354,7 +354,7 @@ def test_ace_fills_the_llm_partition_fine_tunes_and_resumes_with_its_adapter(tin
     from ace_hybrid.replay import MixedReplayBuffer
 
     replay = MixedReplayBuffer.load(run / state["replay_file"])
-    assert replay.llm_size == llm["accepted"] and replay.llm_valid_size == llm["accepted"]
+    assert replay.validated_size == llm["accepted"] and replay.validated_valid_size == llm["accepted"]
     log = [json.loads(line) for line in (run / "refinements.jsonl").read_text().splitlines()]
     assert len(log) == llm["bad_transitions"] and sum(x["accepted"] for x in log) == llm["accepted"]
     assert all(x["improvement"] > 0 for x in log if x["accepted"])

@@ -195,7 +195,7 @@ def test_the_worker_sets_its_own_torch_threads_not_the_loops() -> None:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="nice is per thread on Linux only")
 def test_the_worker_thread_runs_at_a_lower_priority_than_the_loop() -> None:
-    from ace_hybrid.training.ace import _worker_thread_settings
+    from ace_hybrid.training.llm_jobs import worker_thread_settings as _worker_thread_settings
 
     seen: list[int] = []
 
@@ -246,7 +246,7 @@ from ace_hybrid.training.checkpoint import load_checkpoint_file, restore, save_c
 from ace_hybrid.training.loop import _open, learn, train
 
 TINY = [
-    *tiny_settings.TINY, "env.eval_max_steps=10", "env.max_episode_steps=25", "replay.llm_capacity=200",
+    *tiny_settings.TINY, "env.eval_max_steps=10", "env.max_episode_steps=25", "replay.validated_capacity=200",
     "train.checkpoint_every=100000", "train.eval_every=0", "log.tensorboard=false",
     "llm.backend=transformers", "ace.ranker=llm", "ace.r_bar=0.3", "ace.critic_start=0", "ace.critic_every=1", "ace.r_key=0.0",
     "ace.critic_trajectories=1", "ace.validation_steps=6", "ace.candidates=4", "ace.max_rounds=2",
@@ -291,14 +291,14 @@ def _lines(run_dir: pathlib.Path) -> list[dict]:
 
 def _llm_rows(replay: MixedReplayBuffer):
     """The LLM partition in insertion order (it holds fewer items than its capacity here)."""
-    return replay.get(np.arange(replay.llm_size, dtype=np.int64) * 2 + 1)
+    return replay.get(np.arange(replay.validated_size, dtype=np.int64) * 2 + 1)
 
 
 def _assert_committed_consistently(run_dir: pathlib.Path, state: dict, replay: MixedReplayBuffer) -> None:
     """What a checkpoint says was accepted is exactly the LLM partition and the accepted lines of the log."""
     accepted = state["llm"]["actor"]["accepted"]
     lines = _lines(run_dir)
-    assert replay.llm_size == replay.llm_valid_size == accepted
+    assert replay.validated_size == replay.validated_valid_size == accepted
     assert len(lines) == state["llm"]["log_lines"] == state["llm"]["actor"]["bad_transitions"]
     kept = [x for x in lines if x["accepted"]]
     assert len(kept) == accepted
@@ -310,7 +310,8 @@ def _assert_committed_consistently(run_dir: pathlib.Path, state: dict, replay: M
 
 
 def test_skip_makes_no_copy_while_the_queue_is_full_and_counts_a_bad_transition_as_dropped() -> None:
-    from ace_hybrid.training.ace import _QUEUE_COUNTERS, LLMInLoop
+    from ace_hybrid.training.ace import LLMInLoop
+    from ace_hybrid.training.llm_jobs import QUEUE_COUNTERS as _QUEUE_COUNTERS
     from ace_hybrid.training.run import Pending
 
     llm = object.__new__(LLMInLoop)  # the hooks' state only: no backend, no environment
@@ -406,7 +407,7 @@ def test_a_checkpoint_with_work_pending_resumes_without_losing_what_was_accepted
     # The pending jobs' results never reached the checkpoint; what it holds is consistent.
     resumed = restore(run_dir)
     try:
-        assert resumed.llm.stats.accepted == state["llm"]["actor"]["accepted"] == saved_replay.llm_size
+        assert resumed.llm.stats.accepted == state["llm"]["actor"]["accepted"] == saved_replay.validated_size
         assert resumed.llm.queue["lost_on_resume"] == pending
         _assert_committed_consistently(run_dir, state, resumed.replay)  # the log lost its lines beyond the save
         np.testing.assert_array_equal(_llm_rows(resumed.replay).obs, _llm_rows(saved_replay).obs)
@@ -436,7 +437,7 @@ def test_the_synchronous_path_is_deterministic(tiny_lm, tmp_path) -> None:
     assert _lines(tmp_path / "a") == _lines(tmp_path / "b") and _lines(tmp_path / "a")
     replays = [MixedReplayBuffer.load(tmp_path / n / load_checkpoint_file(tmp_path / n / "checkpoint.pt")[
         "replay_file"]) for n in ("a", "b")]
-    assert replays[0].llm_size == replays[1].llm_size
+    assert replays[0].validated_size == replays[1].validated_size
     a, b = (_llm_rows(r) for r in replays)
     np.testing.assert_array_equal(a.obs, b.obs)
     np.testing.assert_array_equal(a.reward, b.reward)

@@ -86,6 +86,21 @@ def test_the_shared_prompt_cache_gives_the_scores_of_full_sequences(tiny_dir: pa
     assert shared.stats["tokens_in"] < full.stats["tokens_in"]
 
 
+@pytest.mark.parametrize("batch", [1, 3, 16])
+def test_prompts_with_a_common_start_run_it_once_and_read_the_same_next_tokens(tiny_dir: pathlib.Path,
+                                                                               batch: int) -> None:
+    state = "State: line 3 is overloaded at rho 1.05 and line 7 at 0.95 near substation 4. " * 2
+    prompts = [[{"role": "user", "content": f"{state}Proposed action: {c}. GOOD or BAD?"}] for c in CANDIDATES]
+    shared = _backend(tiny_dir, score_batch_size=batch, share_prompt_cache=True)
+    full = _backend(tiny_dir, score_batch_size=batch, share_prompt_cache=False)
+    a = shared.next_token_logprobs_many(prompts, ["GOOD", "BAD"])
+    b = full.next_token_logprobs_many(prompts, ["GOOD", "BAD"])
+    assert shared._prefix_ok and shared.stats["tokens_in"] < full.stats["tokens_in"]  # the shared path ran
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-4)
+    one = [full.next_token_logprobs(p, ["GOOD", "BAD"]) for p in prompts]  # and each alone, unpadded
+    np.testing.assert_allclose(a, np.stack(one), rtol=1e-5, atol=1e-4)
+
+
 def test_scores_sum_the_candidate_token_logprobs_of_a_plain_forward(backend: TransformersBackend) -> None:
     scores = backend.score_candidates(PROMPT, CANDIDATES)
     expected = np.array([_reference_logprobs(backend, PROMPT, c).sum() for c in CANDIDATES])

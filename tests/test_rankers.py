@@ -12,7 +12,7 @@ import pytest
 
 from ace_hybrid.config import ACEConfig
 from ace_hybrid.llm.backend import LLMError
-from ace_hybrid.llm.coevolution import content_pairs
+from ace_hybrid.llm.coevolution import content_pairs, judge_pairs
 from ace_hybrid.llm.rankers import LABELS, CandidateEffect, ChoiceProblem, Ranker, neutral_order
 
 TEXTS = ("reconnect line 3", "substation 4: load 2 to bus 2; the rest stay on bus 1", "disconnect line 7",
@@ -176,3 +176,73 @@ def test_a_round_on_content_pairs_teaches_a_content_learner_and_nothing_to_a_pos
     letter_only = PositionLearner()
     letter_only.finetune([(p, "A") for p, _ in pairs])
     assert Counter(Ranker("llm", letter_only).choose(p) for p, _ in held_out) == Counter({0: len(held_out)})
+
+
+# --------------------------------------------------------------------------- the judge: one candidate at a time
+
+class VerdictLearner:
+    """Learns which first words of an option the simulator called GOOD; answers by them (tests only)."""
+
+    name = "verdicts"
+
+    def __init__(self) -> None:
+        self.good: Counter[str] = Counter()
+        self.seen: Counter[str] = Counter()
+
+    @staticmethod
+    def _word(prompt: Any) -> str:
+        return re.search(r"^Option[^:]*: (\S+)", prompt[-1]["content"], flags=re.M).group(1)
+
+    def finetune(self, pairs: list[tuple[Any, str]]) -> None:
+        for prompt, verdict in pairs:
+            self.seen[self._word(prompt)] += 1
+            self.good[self._word(prompt)] += verdict == "GOOD"
+
+    def next_token_logprobs_many(self, prompts: Any, tokens: Any) -> np.ndarray:
+        p = np.array([(self.good[self._word(q)] + 1) / (self.seen[self._word(q)] + 2) for q in prompts])
+        return np.log(np.stack([p, 1 - p], axis=1))
+
+
+class ConstantVerdictLearner(VerdictLearner):
+    """Can learn only how often GOOD is the answer (tests only)."""
+
+    def next_token_logprobs_many(self, prompts: Any, tokens: Any) -> np.ndarray:
+        p = (sum(self.good.values()) + 1) / (sum(self.seen.values()) + 2)
+        return np.log(np.tile([p, 1 - p], (len(prompts), 1)))
+
+
+def test_each_judging_prompt_shows_one_option_after_the_same_context() -> None:
+    problem = _problem()
+    prompts = [problem.judge_prompt(k)[-1]["content"] for k in range(4)]
+    assert "Option, simulated one step: reconnect line 3 | max 85%, 0 over, 0 off" in prompts[0]
+    assert "Option: disconnect line 7\n" in _problem(show_effects=False).judge_prompt(2)[-1]["content"]
+    start = prompts[0].index("Option")
+    assert all(p[:start] == prompts[0][:start] for p in prompts)  # a local model runs the common start once
+    assert all(p.endswith("Answer GOOD or BAD.") for p in prompts)
+
+
+def test_the_judge_chooses_the_best_judged_candidate_whatever_the_order() -> None:
+    learner = VerdictLearner()
+    learner.finetune([(_problem().judge_prompt(0), "GOOD"), (_problem().judge_prompt(1), "BAD")])
+    for order in ([0, 1, 2, 3], [3, 2, 1, 0], [1, 3, 0, 2]):
+        shown = _problem().reordered(order)
+        assert shown.texts[Ranker("judge", learner).choose(shown)] == TEXTS[0]
+
+
+def test_judge_pairs_balance_the_verdicts_and_teach_them() -> None:
+    train, held_out = _tasks(60, seed=3), _tasks(200, seed=4)
+    # The simulator's verdicts: the right candidate GOOD, the others BAD (more BAD than GOOD).
+    examples = [(p, [(k, k == right) for k in range(4)]) for p, right in train]
+    pairs = judge_pairs(examples, seed=0)
+    assert Counter(v for _, v in pairs) == {"GOOD": 60, "BAD": 60}
+    constant, learner = ConstantVerdictLearner(), VerdictLearner()
+    constant.finetune(pairs)
+    learner.finetune(pairs)
+    assert _judge_rate(learner, held_out) == 1.0
+    assert _judge_rate(constant, held_out) < 0.4  # a constant answer ties every candidate: chance (0.25)
+    assert judge_pairs([(train[0][0], [(0, True)])], seed=0) == [(train[0][0].judge_prompt(0), "GOOD")]
+
+
+def _judge_rate(backend: Any, held_out: list[tuple[ChoiceProblem, int]]) -> float:
+    ranker = Ranker("judge", backend, seed=1)
+    return float(np.mean([ranker.choose(p) == right for p, right in held_out]))

@@ -25,15 +25,15 @@ def good_args(method: str) -> dict:
                  decision=np.arange(N))
     return {
         "add_rl": one,
-        "add_llm": dict(one, improvement=0.3, valid=True),
+        "add_validated": dict(one, improvement=0.3, valid=True),
         "add_rl_batch": batch,
-        "add_llm_batch": dict(batch, improvement=np.zeros(N, f32), valid=np.ones(N, bool)),
+        "add_validated_batch": dict(batch, improvement=np.zeros(N, f32), valid=np.ones(N, bool)),
         "sample": dict(batch_size=8, is_exponent=0.4),
         "update_priorities": dict(index=np.array([0, 2]), priority=np.array([1.0, 2.0])),
         "update_rewards": dict(index=np.array([0, 1]), reward=np.array([1.0, 2.0])),
         "get": dict(index=np.array([0, 2])),
         "set_rng_state": dict(state=(1, 2, 3, 4)),
-        "__init__": dict(obs_dim=D, rl_capacity=10, llm_capacity=5, alpha=0.6, beta=0.25, tau=1.0, seed=0),
+        "__init__": dict(obs_dim=D, rl_capacity=10, validated_capacity=5, alpha=0.6, beta=0.25, tau=1.0, seed=0),
     }[method]
 
 
@@ -92,10 +92,10 @@ GET_HANDLES = HANDLES[:4] + [(np.array([3]), IndexError), (np.array([6]), IndexE
 BAD: dict[str, dict[str, list]] = {
     "add_rl": dict(obs=OBS_1D, next_obs=OBS_1D, action=SCALAR_INT, reward=SCALAR_FLOAT, episode=DECISION_INT,
                    decision=DECISION_INT, done=SCALAR_BOOL[:3]),
-    "add_llm": dict(obs=OBS_1D, improvement=SCALAR_FLOAT, valid=SCALAR_BOOL, action=SCALAR_INT),
+    "add_validated": dict(obs=OBS_1D, improvement=SCALAR_FLOAT, valid=SCALAR_BOOL, action=SCALAR_INT),
     "add_rl_batch": dict(obs=ROWS, next_obs=ROWS, action=INT_COL, reward=FLOAT_COL, episode=EP_COL,
                          decision=EP_COL, done=BOOL_COL, truncated=BOOL_COL),
-    "add_llm_batch": dict(obs=ROWS, improvement=FLOAT_COL, valid=BOOL_COL, action=INT_COL),
+    "add_validated_batch": dict(obs=ROWS, improvement=FLOAT_COL, valid=BOOL_COL, action=INT_COL),
     "sample": dict(batch_size=[(0, ValueError), (-5, ValueError), (2**21, ValueError), (2**70, TypeError),
                                (1.0, TypeError)],
                    is_exponent=[(nan, ValueError), (-0.1, ValueError), (1.5, ValueError), ("a", TypeError)]),
@@ -106,7 +106,7 @@ BAD: dict[str, dict[str, list]] = {
     "__init__": dict(obs_dim=[(0, ValueError), (-1, ValueError), (2**25, ValueError), (2**70, TypeError)],
                      rl_capacity=[(2, ValueError), (10**15, ValueError), (2**41, ValueError),
                                   ("9", TypeError)],
-                     llm_capacity=[(0, ValueError), (2**50, ValueError)],
+                     validated_capacity=[(0, ValueError), (2**50, ValueError)],
                      alpha=[(nan, ValueError), (-0.5, ValueError), (1.5, ValueError)],
                      beta=[(nan, ValueError), (1.01, ValueError)],
                      tau=[(0.0, ValueError), (inf, ValueError), (-1.0, ValueError)],
@@ -120,19 +120,19 @@ def make_buffer() -> MixedReplayBuffer:
     for t in range(3):  # handles 0, 2, 4 are live RL transitions
         o = np.full(D, t, f32)
         buf.add_rl(o, t, 1.0, o + 1, False, False, 0, t)
-    buf.add_llm(np.zeros(D, f32), 0, 0.0, np.ones(D, f32), False, False, 0, 0, 0.5, True)
+    buf.add_validated(np.zeros(D, f32), 0, 0.0, np.ones(D, f32), False, False, 0, 0, 0.5, True)
     return buf
 
 
 def fingerprint(buf: MixedReplayBuffer):
     snap = buf._tree_snapshot()
-    return (len(buf), buf.rl_size, buf.llm_size, buf.get_rng_state(), buf.max_priority,
-            snap["rl_leaves"].tobytes(), snap["llm_leaves"].tobytes(), buf.rl_columns()["reward"].tobytes())
+    return (len(buf), buf.rl_size, buf.validated_size, buf.get_rng_state(), buf.max_priority,
+            snap["rl_leaves"].tobytes(), snap["validated_leaves"].tobytes(), buf.rl_columns()["reward"].tobytes())
 
 
 def call(buf: MixedReplayBuffer, method: str, kwargs: dict):
     if method == "__init__":
-        return MixedReplayBuffer(kwargs.pop("obs_dim"), kwargs.pop("rl_capacity"), kwargs.pop("llm_capacity"),
+        return MixedReplayBuffer(kwargs.pop("obs_dim"), kwargs.pop("rl_capacity"), kwargs.pop("validated_capacity"),
                                  **kwargs)
     return getattr(buf, method)(**kwargs)
 

@@ -15,17 +15,17 @@ from ace_hybrid import MixedReplayBuffer
 D = 5
 
 
-def filled(seed: int = 0, rl_capacity: int = 23, llm_capacity: int = 7) -> MixedReplayBuffer:
+def filled(seed: int = 0, rl_capacity: int = 23, validated_capacity: int = 7) -> MixedReplayBuffer:
     """Four episodes (36 RL slots) and 9 LLM items: both rings wrap at the default capacities."""
     rng = np.random.default_rng(seed)
-    buf = MixedReplayBuffer(D, rl_capacity, llm_capacity, alpha=0.7, beta=0.3, tau=0.6, seed=seed)
+    buf = MixedReplayBuffer(D, rl_capacity, validated_capacity, alpha=0.7, beta=0.3, tau=0.6, seed=seed)
     for ep in range(4):
         chain = rng.normal(size=(9, D)).astype(np.float32)
         for t in range(8):
             buf.add_rl(chain[t], t, float(rng.normal()), chain[t + 1], t == 7, False, ep, t)
     for i in range(9):
         o, n = rng.normal(size=(2, D)).astype(np.float32)
-        buf.add_llm(o, i, 0.0, n, False, i == 3, 5, i, float(rng.normal()), i % 4 != 0)
+        buf.add_validated(o, i, 0.0, n, False, i == 3, 5, i, float(rng.normal()), i % 4 != 0)
     cols = buf.rl_columns()
     buf.update_priorities(cols["index"], rng.uniform(0.1, 4.0, size=len(cols["index"])))
     buf.update_rewards(cols["index"][:3], np.array([9.0, 8.0, 7.0]))
@@ -47,8 +47,8 @@ def test_round_trip_restores_everything_exactly(tmp_path: pathlib.Path, capaciti
     a.save(path)
     b = MixedReplayBuffer.load(path)
     assert isinstance(b, MixedReplayBuffer)
-    assert (b.obs_dim, b.rl_capacity, b.llm_capacity, b.alpha, b.beta, b.tau) == (D, *capacities, 0.7, 0.3, 0.6)
-    assert (len(b), b.rl_size, b.llm_size, b.max_priority) == (len(a), a.rl_size, a.llm_size, a.max_priority)
+    assert (b.obs_dim, b.rl_capacity, b.validated_capacity, b.alpha, b.beta, b.tau) == (D, *capacities, 0.7, 0.3, 0.6)
+    assert (len(b), b.rl_size, b.validated_size, b.max_priority) == (len(a), a.rl_size, a.validated_size, a.max_priority)
     assert b.get_rng_state() == a.get_rng_state()
     sa, sb = a._tree_snapshot(), b._tree_snapshot()
     for key in sa:
@@ -61,7 +61,7 @@ def test_round_trip_restores_everything_exactly(tmp_path: pathlib.Path, capaciti
     obs = a.get(last["index"][-1:]).next_obs[0]
     args = (obs, 1, 0.5, obs + 1, False, False, int(last["episode"][-1]), int(last["decision"][-1]) + 1)
     assert a.add_rl(*args) == b.add_rl(*args)
-    assert a.add_llm(obs, 1, 0.5, obs, False, False, 0, 0, 0.1, True) == b.add_llm(
+    assert a.add_validated(obs, 1, 0.5, obs, False, False, 0, 0, 0.1, True) == b.add_validated(
         obs, 1, 0.5, obs, False, False, 0, 0, 0.1, True)
     assert_same_batches(a, b)
     assert b.check_invariants() == ""
@@ -180,7 +180,7 @@ def test_an_empty_buffer_round_trips(tmp_path: pathlib.Path):
     a.save(path)
     assert path.stat().st_size == HEADER_BYTES + 8
     b = MixedReplayBuffer.load(path)
-    assert (len(b), b.rl_capacity, b.llm_capacity, b.get_rng_state()) == (0, 50, 5, a.get_rng_state())
+    assert (len(b), b.rl_capacity, b.validated_capacity, b.get_rng_state()) == (0, 50, 5, a.get_rng_state())
     assert b.check_invariants() == ""
 
 
@@ -193,7 +193,7 @@ def build_v2_example() -> MixedReplayBuffer:
             buf.add_rl(o, t + 1, 0.5 * t - ep, n, t == 2, False, ep, t)
     for i in range(4):
         o = np.array([9, i], np.float32)
-        buf.add_llm(o, i, -0.25 * i, o + 0.5, False, i == 2, 3, i, 0.3 * i - 0.4, i != 1)
+        buf.add_validated(o, i, -0.25 * i, o + 0.5, False, i == 2, 3, i, 0.3 * i - 0.4, i != 1)
     cols = buf.rl_columns()
     buf.update_priorities(cols["index"], np.linspace(0.5, 2.0, len(cols["index"])))
     buf.update_rewards(cols["index"][:1], np.array([4.0]))
@@ -217,7 +217,7 @@ def test_version_2_files_still_load_exactly(tmp_path: pathlib.Path):
     path.write_bytes(V2_FILE)
     assert struct.unpack_from("<I", V2_FILE, 8)[0] == 2
     old, fresh = MixedReplayBuffer.load(path), build_v2_example()
-    assert (old.obs_dim, old.rl_capacity, old.llm_capacity, old.alpha, old.beta, old.tau) == (2, 6, 3, 0.7, 0.4, 0.5)
+    assert (old.obs_dim, old.rl_capacity, old.validated_capacity, old.alpha, old.beta, old.tau) == (2, 6, 3, 0.7, 0.4, 0.5)
     assert old.get_rng_state() == fresh.get_rng_state()
     sa, sb = old._tree_snapshot(), fresh._tree_snapshot()
     for key in sa:
@@ -330,9 +330,9 @@ def _slots(buf: MixedReplayBuffer) -> dict[str, int]:
     """One slot of each kind in filled(3): an RL transition, an RL slot holding only a next observation, and a
     valid and an invalid LLM item."""
     heads = set(((buf.rl_columns()["index"] >> 1) % buf.rl_capacity).tolist())
-    llm_leaves = buf._tree_snapshot()["llm_leaves"]
+    validated_leaves = buf._tree_snapshot()["validated_leaves"]
     return {"head": min(heads), "not_head": min(set(range(buf.rl_capacity)) - heads),
-            "valid": int(np.flatnonzero(llm_leaves > 0)[0]), "invalid": int(np.flatnonzero(llm_leaves == 0)[0])}
+            "valid": int(np.flatnonzero(validated_leaves > 0)[0]), "invalid": int(np.flatnonzero(validated_leaves == 0)[0])}
 
 
 nan, inf, f32 = float("nan"), float("inf"), np.float32

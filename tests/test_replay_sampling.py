@@ -42,7 +42,7 @@ def add_llm_items(buf, improvements, valid, episode=0):
     handles = []
     for i, (imp, v) in enumerate(zip(improvements, valid)):
         obs = np.array([episode, i, 1.0], np.float32)
-        handles.append(buf.add_llm(obs, i, 0.0, obs + 1, False, False, episode, i, float(imp), bool(v)))
+        handles.append(buf.add_validated(obs, i, 0.0, obs + 1, False, False, episode, i, float(imp), bool(v)))
     return handles
 
 
@@ -119,7 +119,7 @@ def test_llm_sampling_follows_eq8(tau):
 def test_eq8_exponent_is_clipped_so_weights_stay_finite():
     buf = MixedReplayBuffer(D, 10, 4, beta=1.0, tau=1e-3, seed=2)
     handles = add_llm_items(buf, [1e3, 5e3, -1e3, 0.0], [True] * 4)
-    leaves = buf._tree_snapshot()["llm_leaves"]
+    leaves = buf._tree_snapshot()["validated_leaves"]
     assert np.all(np.isfinite(leaves))
     np.testing.assert_allclose(leaves, [math.exp(60), math.exp(60), math.exp(-60), 1.0])
     counts = draw_counts(buf, 40)
@@ -129,14 +129,14 @@ def test_eq8_exponent_is_clipped_so_weights_stay_finite():
 
 def expected_weights(buf, batch, is_exponent):
     snap = buf._tree_snapshot()
-    n_rl = int(np.count_nonzero(~batch.from_llm))
+    n_rl = int(np.count_nonzero(~batch.from_validated))
     n_llm = len(batch.index) - n_rl
     B = len(batch.index)
     slots_rl = (batch.index >> 1) % buf.rl_capacity
-    slots_llm = (batch.index >> 1) % buf.llm_capacity
+    slots_llm = (batch.index >> 1) % buf.validated_capacity
     q = np.where(
-        batch.from_llm,
-        n_llm / B * snap["llm_leaves"][slots_llm] / max(snap["llm_root"], 1e-300),
+        batch.from_validated,
+        n_llm / B * snap["validated_leaves"][slots_llm] / max(snap["validated_root"], 1e-300),
         n_rl / B * snap["rl_leaves"][slots_rl] / max(snap["rl_root"], 1e-300),
     )
     raw = (len(buf) * q) ** (-is_exponent)
@@ -157,7 +157,7 @@ def test_importance_weights_follow_the_formula_normalised_per_batch(is_exponent)
         assert batch.weight.dtype == np.float32
         np.testing.assert_allclose(batch.weight, expected_weights(buf, batch, is_exponent), rtol=2e-6)
         assert batch.weight.max() == np.float32(1.0)  # normalised by this batch's maximum
-        assert batch.from_llm.sum() == 128 - round(0.7 * 128 + 1e-9)
+        assert batch.from_validated.sum() == 128 - round(0.7 * 128 + 1e-9)
 
 
 def test_batch_split_uses_round_half_up():
@@ -166,7 +166,7 @@ def test_batch_split_uses_round_half_up():
         add_episode(buf, ep, 20)
     add_llm_items(buf, np.zeros(30), [True] * 30)
     batch = buf.sample(6)  # (1 - 0.25) * 6 = 4.5 -> 5 RL rows, 1 LLM row
-    assert list(batch.from_llm) == [False] * 5 + [True]
+    assert list(batch.from_validated) == [False] * 5 + [True]
 
 
 def test_an_empty_partition_gives_the_whole_batch_to_the_other():
@@ -175,18 +175,18 @@ def test_an_empty_partition_gives_the_whole_batch_to_the_other():
         buf.sample(8)
     add_llm_items(buf, np.zeros(10), [True] * 10)
     b = buf.sample(16)  # RL empty: all 16 rows from the 10 LLM items, q = 1 * leaf / total
-    assert b.from_llm.all()
+    assert b.from_validated.all()
     np.testing.assert_allclose(b.weight, expected_weights(buf, b, 0.4), rtol=2e-6)
     only_rl = MixedReplayBuffer(D, 300, 100, beta=0.25, seed=1)
     add_episode(only_rl, 0, 5)
     add_llm_items(only_rl, np.zeros(4), [False] * 4)  # invalid items are never sampled
-    assert not only_rl.sample(64).from_llm.any()
+    assert not only_rl.sample(64).from_validated.any()
     # RL transitions whose priorities are all 0 are not sampleable either (alpha > 0): LLM takes the batch.
     only_llm = MixedReplayBuffer(D, 300, 100, alpha=0.6, beta=0.25, seed=1)
     handles = add_episode(only_llm, 0, 5)
     only_llm.update_priorities(np.array(handles), np.zeros(5))
     add_llm_items(only_llm, [0.0], [True])
-    assert only_llm.sample(8).from_llm.all()
+    assert only_llm.sample(8).from_validated.all()
 
 
 def test_a_small_llm_partition_supplies_one_row_per_valid_item_and_rl_the_rest():
@@ -195,15 +195,15 @@ def test_a_small_llm_partition_supplies_one_row_per_valid_item_and_rl_the_rest()
         add_episode(buf, ep, 30)
     add_llm_items(buf, np.zeros(10), [True] * 10)
     b = buf.sample(64)  # nominal share 16 > 10 valid items: 10 LLM rows, 54 RL rows
-    assert list(b.from_llm) == [False] * 54 + [True] * 10
+    assert list(b.from_validated) == [False] * 54 + [True] * 10
     np.testing.assert_allclose(b.weight, expected_weights(buf, b, 0.4), rtol=2e-6)
-    assert buf.sample(40).from_llm.sum() == 10  # share 10 <= 10 valid items: the nominal split
-    assert buf.sample(8).from_llm.sum() == 2
+    assert buf.sample(40).from_validated.sum() == 10  # share 10 <= 10 valid items: the nominal split
+    assert buf.sample(8).from_validated.sum() == 2
     # Invalid LLM items do not count: 10 valid + 20 invalid still give at most 10 rows.
     add_llm_items(buf, np.zeros(20), [False] * 20, episode=1)
-    assert buf.llm_size == 30 and len(buf) == buf.rl_size + 10
+    assert buf.validated_size == 30 and len(buf) == buf.rl_size + 10
     b = buf.sample(64)
-    assert b.from_llm.sum() == 10 and b.valid[b.from_llm].all()
+    assert b.from_validated.sum() == 10 and b.valid[b.from_validated].all()
 
 
 def test_a_short_rl_partition_still_supplies_the_rest_of_the_batch():
@@ -211,12 +211,12 @@ def test_a_short_rl_partition_still_supplies_the_rest_of_the_batch():
     add_episode(buf, 0, 3)
     add_llm_items(buf, [0.0, 1.0], [True, True])
     b = buf.sample(32)  # LLM: min(16, 2) = 2 rows; RL: the other 30 rows from its 3 transitions
-    assert b.from_llm.sum() == 2 and set(b.index[~b.from_llm].tolist()) <= {0, 2, 4}
+    assert b.from_validated.sum() == 2 and set(b.index[~b.from_validated].tolist()) <= {0, 2, 4}
     np.testing.assert_allclose(b.weight, expected_weights(buf, b, 0.4), rtol=2e-6)
     full = MixedReplayBuffer(D, 20, 40, beta=1.0, seed=1)  # beta = 1 but only 3 LLM items: RL fills the batch
     add_episode(full, 0, 3)
     add_llm_items(full, [0.0, 1.0, 2.0], [True] * 3)
-    assert full.sample(32).from_llm.sum() == 3
+    assert full.sample(32).from_validated.sum() == 3
 
 
 def test_three_llm_items_are_in_every_batch_at_their_stated_probabilities():
@@ -239,7 +239,7 @@ def test_three_llm_items_are_in_every_batch_at_their_stated_probabilities():
     counts: dict[int, int] = {}
     for _ in range(batches):
         b = buf.sample(B, is_exponent=w)
-        assert b.from_llm.sum() == 3 and not b.from_llm[:125].any()
+        assert b.from_validated.sum() == 3 and not b.from_validated[:125].any()
         raw = (len(buf) * np.array([q[h] for h in b.index.tolist()])) ** -w
         np.testing.assert_allclose(b.weight, raw / raw.max(), rtol=2e-6)  # exact for the q actually used
         for h in b.index.tolist():
@@ -326,7 +326,7 @@ def test_parity_with_the_numpy_reference(seed):
             obs, nxt = rng.normal(size=(2, 4)).astype(np.float32)
             args = (obs, 3, float(rng.normal()), nxt, False, False, 99, int(rng.integers(0, 50)),
                     float(rng.normal()), bool(rng.random() < 0.8))
-            assert buf.add_llm(*args) == model.add_llm(*args)
+            assert buf.add_validated(*args) == model.add_validated(*args)
         elif kind < 0.9 and len(buf) > 0:
             cols = buf.rl_columns()
             if len(cols["index"]):
@@ -337,7 +337,7 @@ def test_parity_with_the_numpy_reference(seed):
             got = buf.sample(int(rng.integers(1, 40)), is_exponent=0.5)
             want = model.sample(len(got.index), is_exponent=0.5)
             np.testing.assert_array_equal(got.index, want["index"])
-            np.testing.assert_array_equal(got.from_llm, want["from_llm"])
+            np.testing.assert_array_equal(got.from_validated, want["from_validated"])
             np.testing.assert_allclose(got.weight, want["weight"], rtol=1e-5)
             np.testing.assert_array_equal(got.obs, want["obs"])
             np.testing.assert_array_equal(got.next_obs, want["next_obs"])

@@ -105,11 +105,11 @@ def test_broken_chain_starts_a_fresh_slot(change):
 def test_stale_handles_are_ignored_by_priority_and_reward_updates():
     buf = MixedReplayBuffer(D, 8, 2, alpha=1.0)
     old = [buf.add_rl(obs_of(0, t), 0, 1.0, obs_of(0, t + 1), False, False, 0, t) for t in range(4)]
-    old_llm = buf.add_llm(obs_of(9, 0), 0, 1.0, obs_of(9, 1), False, False, 9, 0, 0.5, True)
+    old_llm = buf.add_validated(obs_of(9, 0), 0, 1.0, obs_of(9, 1), False, False, 9, 0, 0.5, True)
     for t in range(4, 12):
         buf.add_rl(obs_of(0, t), 0, 1.0, obs_of(0, t + 1), False, False, 0, t)
     for _ in range(2):
-        buf.add_llm(obs_of(9, 0), 0, 1.0, obs_of(9, 1), False, False, 9, 0, 0.5, True)
+        buf.add_validated(obs_of(9, 0), 0, 1.0, obs_of(9, 1), False, False, 9, 0, 0.5, True)
     before = buf._tree_snapshot()
     assert buf.update_priorities(np.array(old + [old_llm]), np.full(5, 7.0)) == 0
     assert buf.update_rewards(np.array(old + [old_llm]), np.full(5, 7.0)) == 0
@@ -120,14 +120,14 @@ def test_stale_handles_are_ignored_by_priority_and_reward_updates():
 
 def test_llm_handles_do_not_change_priorities_but_accept_rewards():
     buf = MixedReplayBuffer(D, 8, 4)
-    h = buf.add_llm(obs_of(1, 0), 2, 0.5, obs_of(1, 1), False, False, 1, 0, 1.5, True)
-    leaves = buf._tree_snapshot()["llm_leaves"].copy()
+    h = buf.add_validated(obs_of(1, 0), 2, 0.5, obs_of(1, 1), False, False, 1, 0, 1.5, True)
+    leaves = buf._tree_snapshot()["validated_leaves"].copy()
     assert buf.update_priorities(np.array([h]), np.array([100.0])) == 0
-    np.testing.assert_array_equal(buf._tree_snapshot()["llm_leaves"], leaves)
+    np.testing.assert_array_equal(buf._tree_snapshot()["validated_leaves"], leaves)
     assert buf.update_rewards(np.array([h]), np.array([-2.0])) == 1
     got = buf.get(np.array([h]))
     assert got.reward[0] == -2.0 and got.original_reward[0] == 0.5
-    assert got.from_llm[0] and got.valid[0] and got.improvement[0] == 1.5 and got.weight[0] == 1.0
+    assert got.from_validated[0] and got.valid[0] and got.improvement[0] == 1.5 and got.weight[0] == 1.0
 
 
 def test_reward_updates_keep_the_original_reward():
@@ -170,10 +170,10 @@ ops = st.lists(
 
 
 @settings(max_examples=60, deadline=None)
-@given(capacity=st.integers(3, 70), llm_capacity=st.integers(1, 20), alpha=st.sampled_from([0.0, 0.5, 1.0]),
+@given(capacity=st.integers(3, 70), validated_capacity=st.integers(1, 20), alpha=st.sampled_from([0.0, 0.5, 1.0]),
        stream=ops)
-def test_trees_stay_consistent_under_random_add_and_update_streams(capacity, llm_capacity, alpha, stream):
-    buf = MixedReplayBuffer(D, capacity, llm_capacity, alpha=alpha, tau=0.7)
+def test_trees_stay_consistent_under_random_add_and_update_streams(capacity, validated_capacity, alpha, stream):
+    buf = MixedReplayBuffer(D, capacity, validated_capacity, alpha=alpha, tau=0.7)
     issued: list[int] = []
     decision = 0
     for op in stream:
@@ -182,14 +182,14 @@ def test_trees_stay_consistent_under_random_add_and_update_streams(capacity, llm
             issued.append(buf.add_rl(obs_of(ep, decision), 0, 0.0, obs_of(ep, decision + 1), done, False, ep, decision))
             decision += 1
         elif op[0] == "llm":
-            issued.append(buf.add_llm(obs_of(0, 0), 0, 0.0, obs_of(0, 1), False, False, 0, 0, op[1], op[2]))
+            issued.append(buf.add_validated(obs_of(0, 0), 0, 0.0, obs_of(0, 1), False, False, 0, 0, op[1], op[2]))
         elif issued:
             # Duplicates and stale handles included.
             pick = np.array([issued[i % len(issued)] for i in op[1]], np.int64)
             buf.update_priorities(pick, np.array(op[2][: len(pick)]))
     assert buf.check_invariants() == ""
     snap = buf._tree_snapshot()
-    for leaves, root in ((snap["rl_leaves"], snap["rl_root"]), (snap["llm_leaves"], snap["llm_root"])):
+    for leaves, root in ((snap["rl_leaves"], snap["rl_root"]), (snap["validated_leaves"], snap["validated_root"])):
         assert np.all(leaves >= 0)
         assert root == pytest.approx(math.fsum(leaves), rel=1e-12, abs=1e-300)
     live = buf.rl_columns()["index"]
@@ -222,7 +222,7 @@ def test_the_decision_index_is_named_decision_everywhere():
     h = buf.add_rl(obs_of(0, 0), 0, 0.0, obs_of(0, 1), False, False, episode=0, decision=0)
     buf.add_rl_batch(obs_of(0, 1)[None], np.zeros(1, np.int64), np.zeros(1), obs_of(0, 2)[None], np.zeros(1, bool),
                      np.zeros(1, bool), episode=np.zeros(1, np.int64), decision=np.ones(1, np.int64))
-    buf.add_llm(obs_of(1, 0), 0, 0.0, obs_of(1, 1), False, False, episode=1, decision=5, improvement=0.0,
+    buf.add_validated(obs_of(1, 0), 0, 0.0, obs_of(1, 1), False, False, episode=1, decision=5, improvement=0.0,
                 valid=True)
     assert buf.rl_size == 2 and buf.rl_columns()["decision"].tolist() == [0, 1]
     assert "step" not in buf.rl_columns()

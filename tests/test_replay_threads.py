@@ -35,7 +35,7 @@ def test_one_writer_and_one_sampler_keep_the_buffer_consistent():
                 if ep % 3 == 0:
                     n = 4
                     o = np.stack([obs(ep, t) for t in range(n)])
-                    buf.add_llm_batch(o, np.zeros(n, np.int64), np.zeros(n, np.float32), o + 1,
+                    buf.add_validated_batch(o, np.zeros(n, np.int64), np.zeros(n, np.float32), o + 1,
                                       np.zeros(n, bool), np.zeros(n, bool), np.full(n, ep), np.arange(n),
                                       np.linspace(-1, 1, n).astype(np.float32), np.ones(n, bool))
                 ep += 1
@@ -51,7 +51,7 @@ def test_one_writer_and_one_sampler_keep_the_buffer_consistent():
                 if len(buf) == 0:
                     continue
                 b = buf.sample(128)
-                rl = ~b.from_llm
+                rl = ~b.from_validated
                 if not np.array_equal(b.next_obs[rl, 1], b.obs[rl, 1] + 1):
                     errors.append("an RL transition was paired with a wrong next observation")
                 if not np.array_equal(b.next_obs[rl, 0], b.obs[rl, 0]):
@@ -72,4 +72,4 @@ def test_one_writer_and_one_sampler_keep_the_buffer_consistent():
     assert not errors, errors[:3]
     assert counts["adds"] > 1_000 and counts["batches"] > 50, counts
     assert buf.check_invariants() == ""
-    assert len(buf) == buf.rl_size + buf.llm_valid_size
+    assert len(buf) == buf.rl_size + buf.validated_valid_size

@@ -39,7 +39,7 @@ FIXED = [*QUIET, "train.updates_per_decision=0", "train.eval_every=0", "train.ch
          "train.total_env_steps=160"]
 """A fixed policy: nothing is learned, nothing is sent after the first policy."""
 ALIGNED = [*FIXED, "env.max_episode_steps=20", "train.worker_batch_steps=20", "train.tutor_steps=160",
-           "train.tutor_budget=3", "replay.llm_capacity=400"]
+           "train.tutor_budget=3", "replay.validated_capacity=400"]
 """A fixed policy that reads no normaliser (the tutor decides at every danger step), and episodes that all run 20 steps
 (none blacks out), one per batch: every number of workers plays episodes 0-7 in full, whatever the timing."""
 FIELDS = ("episode", "decision", "obs", "action", "reward", "next_obs", "done", "truncated", "max_rho", "blackout",
@@ -54,11 +54,11 @@ def transitions(run_dir: Path) -> dict[str, np.ndarray]:
     """Both partitions of the run's last checkpoint (the tutor's decisions are in the LLM one), ordered by
     (episode, decision)."""
     replay = MixedReplayBuffer.load(run_dir / load_checkpoint_file(run_dir / "checkpoint.pt")["replay_file"])
-    handles = np.concatenate([replay.rl_columns()["index"], np.arange(replay.llm_size, dtype=np.int64) * 2 + 1])
+    handles = np.concatenate([replay.rl_columns()["index"], np.arange(replay.validated_size, dtype=np.int64) * 2 + 1])
     rows = replay.get(handles)
     order = np.lexsort((rows.decision, rows.episode))
     return {k: getattr(rows, k)[order] for k in ("episode", "decision", "obs", "action", "reward", "next_obs",
-                                                  "done", "truncated", "from_llm")}
+                                                  "done", "truncated", "from_validated")}
 
 
 def episodes(run_dir: Path) -> list[tuple[int, int, float]]:
@@ -181,7 +181,7 @@ def test_ray_missing_names_the_extra_before_building_anything(tmp_path: Path) ->
 def test_local_workers_train_save_and_resume(tmp_path: Path) -> None:
     run = tmp_path / "run"
     summary = train(tiny(*QUIET, "train.total_env_steps=240", "train.tutor_steps=60", "train.tutor_budget=3",
-                         "replay.llm_capacity=200"), run)
+                         "replay.validated_capacity=200"), run)
     assert summary["env_steps"] == 240 and summary["updates"] > 0
     rates = summary["rates"]
     assert sum(w["env_steps"] for w in rates["per_worker"]) == 240 and len(rates["per_worker"]) == 2
@@ -191,9 +191,9 @@ def test_local_workers_train_save_and_resume(tmp_path: Path) -> None:
     replay = MixedReplayBuffer.load(run / state["replay_file"])
     # Every decision is one transition: the policy's in the RL partition, the tutor's (the run's first 60 steps) in
     # the validated partition.
-    assert 0 < replay.llm_valid_size <= 60
+    assert 0 < replay.validated_valid_size <= 60
     made = transitions(run)
-    assert len(made["action"]) == summary["decisions"] and made["from_llm"].sum() == replay.llm_valid_size
+    assert len(made["action"]) == summary["decisions"] and made["from_validated"].sum() == replay.validated_valid_size
     ids = np.unique(made["episode"])
     assert ids.tolist() == list(range(len(ids)))  # one sequence of episodes, not one per worker
     lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]

@@ -340,20 +340,22 @@ Mixed prioritised replay (C++ core of ace_hybrid.replay.MixedReplayBuffer; use t
 
 Two FIFO partitions: RL transitions (each observation stored once; a transition's next observation is the
 next stored observation of its episode) sampled by proportional prioritised replay (priority^alpha), and
-LLM-refined transitions sampled with probability proportional to I_v * exp((r_hat - r) / tau) (ACE, Eq. 8).
+validated transitions (LLM refinements, tutor decisions) sampled with probability proportional to
+I_v * exp((r_hat - r) / tau) (ACE, Eq. 8). The C++ core calls the validated partition "llm" (add_llm,
+ReplayConfig::llm_capacity, the file's llm.* columns); Python sees validated_* names.
 Thread-safe for concurrent writer and sampler threads; batched calls release the GIL.
 )doc");
-    cls.def(py::init([](std::int64_t obs_dim, std::int64_t rl_capacity, std::int64_t llm_capacity, double alpha,
+    cls.def(py::init([](std::int64_t obs_dim, std::int64_t rl_capacity, std::int64_t validated_capacity, double alpha,
                         double beta, double tau, const py::object& seed) {
                 checks::require_in<std::int64_t>(obs_dim, 1, static_cast<std::int64_t>(kMaxObsDim), "obs_dim");
                 checks::require_in<std::int64_t>(rl_capacity, 3, static_cast<std::int64_t>(kMaxCapacity),
                                                  "rl_capacity");
-                checks::require_in<std::int64_t>(llm_capacity, 1, static_cast<std::int64_t>(kMaxCapacity),
-                                                 "llm_capacity");
+                checks::require_in<std::int64_t>(validated_capacity, 1, static_cast<std::int64_t>(kMaxCapacity),
+                                                 "validated_capacity");
                 ReplayConfig cfg;
                 cfg.obs_dim = static_cast<std::uint64_t>(obs_dim);
                 cfg.rl_capacity = static_cast<std::uint64_t>(rl_capacity);
-                cfg.llm_capacity = static_cast<std::uint64_t>(llm_capacity);
+                cfg.llm_capacity = static_cast<std::uint64_t>(validated_capacity);
                 cfg.alpha = alpha;
                 cfg.beta = beta;
                 cfg.tau = tau;
@@ -362,10 +364,10 @@ Thread-safe for concurrent writer and sampler threads; batched calls release the
                 py::gil_scoped_release release;
                 return new MixedReplay(cfg, s);
             }),
-            py::arg("obs_dim"), py::arg("rl_capacity"), py::arg("llm_capacity"), py::kw_only(),
+            py::arg("obs_dim"), py::arg("rl_capacity"), py::arg("validated_capacity"), py::kw_only(),
             py::arg("alpha") = 0.6, py::arg("beta") = 0.25, py::arg("tau") = 1.0, py::arg("seed") = 0,
-            "Allocates both partitions. obs_dim >= 1, rl_capacity >= 3 observation slots, llm_capacity >= 1 items, "
-            "alpha in [0, 1] (priority exponent), beta in [0, 1] (LLM fraction of a batch), tau in [1e-6, 1e6] "
+            "Allocates both partitions. obs_dim >= 1, rl_capacity >= 3 observation slots, validated_capacity >= 1 items, "
+            "alpha in [0, 1] (priority exponent), beta in [0, 1] (validated fraction of a batch), tau in [1e-6, 1e6] "
             "(Eq. 8 temperature), seed in [0, 2^64).");
 
     cls.def(
@@ -395,7 +397,7 @@ Thread-safe for concurrent writer and sampler threads; batched calls release the
         "(n, obs_dim) float32; action, episode, decision: (n,) integer; reward: (n,) float; done, truncated: (n,) "
         "bool. Nothing is stored if any argument is invalid.");
     cls.def(
-        "add_llm",
+        "add_validated",
         [](MixedReplay& self, const carray<float>& obs, std::int64_t action, double reward,
            const carray<float>& next_obs, bool done, bool truncated, std::int64_t episode, std::int64_t decision,
            double improvement, bool valid) {
@@ -405,11 +407,12 @@ Thread-safe for concurrent writer and sampler threads; batched calls release the
         py::arg("obs"), py::arg("action"), py::arg("reward"), py::arg("next_obs"), py::arg("done").noconvert(),
         py::arg("truncated").noconvert(), py::arg("episode"), py::arg("decision"), py::arg("improvement"),
         py::arg("valid").noconvert(),
-        "Adds one LLM-refined transition with its improvement r_hat - r and validation flag I_v; returns its "
+        "Adds one validated transition (an LLM refinement, a tutor decision) with its improvement r_hat - r and "
+        "validation flag I_v; returns its "
         "handle. Sampled with weight valid * exp(clip(improvement / tau, -60, 60)); invalid items are never "
         "sampled.");
     cls.def(
-        "add_llm_batch",
+        "add_validated_batch",
         [](MixedReplay& self, const carray<float>& obs, const py::array& action, const carray<double>& reward,
            const carray<float>& next_obs, const py::array& done, const py::array& truncated,
            const py::array& episode, const py::array& decision, const carray<double>& improvement,
@@ -419,7 +422,7 @@ Thread-safe for concurrent writer and sampler threads; batched calls release the
         },
         py::arg("obs"), py::arg("action"), py::arg("reward"), py::arg("next_obs"), py::arg("done"),
         py::arg("truncated"), py::arg("episode"), py::arg("decision"), py::arg("improvement"), py::arg("valid"),
-        "Adds n LLM transitions (columns as in add_rl_batch plus improvement (n,) float and valid (n,) bool); "
+        "Adds n validated transitions (columns as in add_rl_batch plus improvement (n,) float and valid (n,) bool); "
         "returns their handles, (n,) int64.");
 
     cls.def(
@@ -466,7 +469,7 @@ Thread-safe for concurrent writer and sampler threads; batched calls release the
         py::arg("index"), py::arg("priority"),
         "Sets the priorities (n,) float (finite, >= 0, stored as float32) of the RL items named by index (n,) "
         "int64, in order (a repeated handle keeps its last priority). Returns how many were applied: stale "
-        "handles (slot overwritten since sampling) and LLM handles (Eq. 8 weights do not use priorities) are "
+        "handles (slot overwritten since sampling) and validated handles (Eq. 8 weights do not use priorities) are "
         "skipped. Raises ValueError / IndexError, changing nothing, on a bad priority or a never-issued handle.");
     cls.def(
         "update_rewards",
@@ -478,7 +481,7 @@ Thread-safe for concurrent writer and sampler threads; batched calls release the
             return self.update_rewards(h.data(), reward.data(), static_cast<std::size_t>(h.shape(0)));
         },
         py::arg("index"), py::arg("reward"),
-        "Replaces the rewards of the items named by index (RL or LLM) with reward (n,) float, keeping "
+        "Replaces the rewards of the items named by index (RL or validated) with reward (n,) float, keeping "
         "original_reward (the LLM critic's shaping). Returns how many were applied (stale handles are skipped).");
     cls.def(
         "_rl_columns",
@@ -510,7 +513,7 @@ Thread-safe for concurrent writer and sampler threads; batched calls release the
     cls.def("__len__", [](const MixedReplay& self) {
         py::gil_scoped_release release;
         return self.size();
-    }, "Live RL transitions + live valid LLM items (the N of the importance weights).");
+    }, "Live RL transitions + live validated items with I_v = 1 (the N of the importance weights).");
     auto prop = [&cls](const char* name, auto getter, const char* doc) {
         cls.def_property_readonly(name, [getter](const MixedReplay& self) {
             py::gil_scoped_release release;
@@ -518,14 +521,17 @@ Thread-safe for concurrent writer and sampler threads; batched calls release the
         }, doc);
     };
     prop("rl_size", [](const MixedReplay& s) { return s.rl_size(); }, "Live RL transitions.");
-    prop("llm_size", [](const MixedReplay& s) { return s.llm_size(); }, "Live LLM items, valid or not.");
-    prop("llm_valid_size", [](const MixedReplay& s) { return s.llm_valid_size(); }, "Live valid LLM items.");
+    prop("validated_size", [](const MixedReplay& s) { return s.llm_size(); },
+         "Live items of the validated partition, valid or not.");
+    prop("validated_valid_size", [](const MixedReplay& s) { return s.llm_valid_size(); },
+         "Live items of the validated partition with I_v = 1.");
     prop("rl_capacity", [](const MixedReplay& s) { return s.config().rl_capacity; },
          "Observation slots of the RL partition.");
-    prop("llm_capacity", [](const MixedReplay& s) { return s.config().llm_capacity; }, "Items of the LLM partition.");
+    prop("validated_capacity", [](const MixedReplay& s) { return s.config().llm_capacity; },
+         "Items of the validated partition.");
     prop("obs_dim", [](const MixedReplay& s) { return s.config().obs_dim; }, "Observation dimension D.");
     prop("alpha", [](const MixedReplay& s) { return s.config().alpha; }, "Priority exponent.");
-    prop("beta", [](const MixedReplay& s) { return s.config().beta; }, "Nominal LLM fraction of a batch.");
+    prop("beta", [](const MixedReplay& s) { return s.config().beta; }, "Nominal validated fraction of a batch.");
     prop("tau", [](const MixedReplay& s) { return s.config().tau; }, "Eq. 8 temperature.");
     prop("max_priority", [](const MixedReplay& s) { return s.max_priority(); },
          "Priority a new RL transition gets now: the maximum over live RL transitions, or 1.0 if none is positive.");
@@ -591,10 +597,10 @@ Thread-safe for concurrent writer and sampler threads; batched calls release the
         }
         py::dict d;
         d["rl_leaves"] = py::array_t<double>(static_cast<py::ssize_t>(rl.size()), rl.data());
-        d["llm_leaves"] = py::array_t<double>(static_cast<py::ssize_t>(llm.size()), llm.data());
+        d["validated_leaves"] = py::array_t<double>(static_cast<py::ssize_t>(llm.size()), llm.data());
         d["rl_priorities"] = py::array_t<float>(static_cast<py::ssize_t>(prio.size()), prio.data());
         d["rl_root"] = rl_root;
-        d["llm_root"] = llm_root;
+        d["validated_root"] = llm_root;
         d["max_root"] = max_root;
         return d;
     }, "Copies of the sum-tree leaves and roots and the RL priorities (tests and diagnostics).");

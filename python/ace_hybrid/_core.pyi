@@ -14,16 +14,18 @@ class MixedReplay:
     
     Two FIFO partitions: RL transitions (each observation stored once; a transition's next observation is the
     next stored observation of its episode) sampled by proportional prioritised replay (priority^alpha), and
-    LLM-refined transitions sampled with probability proportional to I_v * exp((r_hat - r) / tau) (ACE, Eq. 8).
+    validated transitions (LLM refinements, tutor decisions) sampled with probability proportional to
+    I_v * exp((r_hat - r) / tau) (ACE, Eq. 8). The C++ core calls the validated partition "llm" (add_llm,
+    ReplayConfig::llm_capacity, the file's llm.* columns); Python sees validated_* names.
     Thread-safe for concurrent writer and sampler threads; batched calls release the GIL.
     """
-    def __init__(self, obs_dim: typing.SupportsInt | typing.SupportsIndex, rl_capacity: typing.SupportsInt | typing.SupportsIndex, llm_capacity: typing.SupportsInt | typing.SupportsIndex, *, alpha: typing.SupportsFloat | typing.SupportsIndex = 0.6, beta: typing.SupportsFloat | typing.SupportsIndex = 0.25, tau: typing.SupportsFloat | typing.SupportsIndex = 1.0, seed: typing.Any = 0) -> None:
+    def __init__(self, obs_dim: typing.SupportsInt | typing.SupportsIndex, rl_capacity: typing.SupportsInt | typing.SupportsIndex, validated_capacity: typing.SupportsInt | typing.SupportsIndex, *, alpha: typing.SupportsFloat | typing.SupportsIndex = 0.6, beta: typing.SupportsFloat | typing.SupportsIndex = 0.25, tau: typing.SupportsFloat | typing.SupportsIndex = 1.0, seed: typing.Any = 0) -> None:
         """
-        Allocates both partitions. obs_dim >= 1, rl_capacity >= 3 observation slots, llm_capacity >= 1 items, alpha in [0, 1] (priority exponent), beta in [0, 1] (LLM fraction of a batch), tau in [1e-6, 1e6] (Eq. 8 temperature), seed in [0, 2^64).
+        Allocates both partitions. obs_dim >= 1, rl_capacity >= 3 observation slots, validated_capacity >= 1 items, alpha in [0, 1] (priority exponent), beta in [0, 1] (validated fraction of a batch), tau in [1e-6, 1e6] (Eq. 8 temperature), seed in [0, 2^64).
         """
     def __len__(self) -> int:
         """
-        Live RL transitions + live valid LLM items (the N of the importance weights).
+        Live RL transitions + live validated items with I_v = 1 (the N of the importance weights).
         """
     def _get(self, index: numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]) -> tuple:
         """
@@ -45,14 +47,6 @@ class MixedReplay:
         """
         Copies of the sum-tree leaves and roots and the RL priorities (tests and diagnostics).
         """
-    def add_llm(self, obs: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], action: typing.SupportsInt | typing.SupportsIndex, reward: typing.SupportsFloat | typing.SupportsIndex, next_obs: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], done: bool, truncated: bool, episode: typing.SupportsInt | typing.SupportsIndex, decision: typing.SupportsInt | typing.SupportsIndex, improvement: typing.SupportsFloat | typing.SupportsIndex, valid: bool) -> int:
-        """
-        Adds one LLM-refined transition with its improvement r_hat - r and validation flag I_v; returns its handle. Sampled with weight valid * exp(clip(improvement / tau, -60, 60)); invalid items are never sampled.
-        """
-    def add_llm_batch(self, obs: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], action: numpy.ndarray[typing.Any, numpy.dtype[typing.Any]], reward: typing.Annotated[numpy.typing.ArrayLike, numpy.float64], next_obs: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], done: numpy.ndarray[typing.Any, numpy.dtype[typing.Any]], truncated: numpy.ndarray[typing.Any, numpy.dtype[typing.Any]], episode: numpy.ndarray[typing.Any, numpy.dtype[typing.Any]], decision: numpy.ndarray[typing.Any, numpy.dtype[typing.Any]], improvement: typing.Annotated[numpy.typing.ArrayLike, numpy.float64], valid: numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]) -> numpy.typing.NDArray[numpy.int64]:
-        """
-        Adds n LLM transitions (columns as in add_rl_batch plus improvement (n,) float and valid (n,) bool); returns their handles, (n,) int64.
-        """
     def add_rl(self, obs: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], action: typing.SupportsInt | typing.SupportsIndex, reward: typing.SupportsFloat | typing.SupportsIndex, next_obs: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], done: bool, truncated: bool, episode: typing.SupportsInt | typing.SupportsIndex, decision: typing.SupportsInt | typing.SupportsIndex) -> int:
         """
         Adds one RL transition; returns its handle (int). obs, next_obs: (obs_dim,) float32; action >= 0; episode, decision in [0, 2^31 - 1] (decision: the index of the agent's decision within its episode); done, truncated: bool (or numpy.bool_). Continues the stored episode (one new observation slot) when episode matches, decision is the previous decision + 1, the previous transition was neither done nor truncated and obs equals the stored next observation bit for bit; otherwise uses two new slots.
@@ -60,6 +54,14 @@ class MixedReplay:
     def add_rl_batch(self, obs: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], action: numpy.ndarray[typing.Any, numpy.dtype[typing.Any]], reward: typing.Annotated[numpy.typing.ArrayLike, numpy.float64], next_obs: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], done: numpy.ndarray[typing.Any, numpy.dtype[typing.Any]], truncated: numpy.ndarray[typing.Any, numpy.dtype[typing.Any]], episode: numpy.ndarray[typing.Any, numpy.dtype[typing.Any]], decision: numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]) -> numpy.typing.NDArray[numpy.int64]:
         """
         Adds n RL transitions in order (same rules as add_rl); returns their handles, (n,) int64. obs, next_obs: (n, obs_dim) float32; action, episode, decision: (n,) integer; reward: (n,) float; done, truncated: (n,) bool. Nothing is stored if any argument is invalid.
+        """
+    def add_validated(self, obs: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], action: typing.SupportsInt | typing.SupportsIndex, reward: typing.SupportsFloat | typing.SupportsIndex, next_obs: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], done: bool, truncated: bool, episode: typing.SupportsInt | typing.SupportsIndex, decision: typing.SupportsInt | typing.SupportsIndex, improvement: typing.SupportsFloat | typing.SupportsIndex, valid: bool) -> int:
+        """
+        Adds one validated transition (an LLM refinement, a tutor decision) with its improvement r_hat - r and validation flag I_v; returns its handle. Sampled with weight valid * exp(clip(improvement / tau, -60, 60)); invalid items are never sampled.
+        """
+    def add_validated_batch(self, obs: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], action: numpy.ndarray[typing.Any, numpy.dtype[typing.Any]], reward: typing.Annotated[numpy.typing.ArrayLike, numpy.float64], next_obs: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], done: numpy.ndarray[typing.Any, numpy.dtype[typing.Any]], truncated: numpy.ndarray[typing.Any, numpy.dtype[typing.Any]], episode: numpy.ndarray[typing.Any, numpy.dtype[typing.Any]], decision: numpy.ndarray[typing.Any, numpy.dtype[typing.Any]], improvement: typing.Annotated[numpy.typing.ArrayLike, numpy.float64], valid: numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]) -> numpy.typing.NDArray[numpy.int64]:
+        """
+        Adds n validated transitions (columns as in add_rl_batch plus improvement (n,) float and valid (n,) bool); returns their handles, (n,) int64.
         """
     def check_invariants(self) -> str:
         """
@@ -79,11 +81,11 @@ class MixedReplay:
         """
     def update_priorities(self, index: numpy.ndarray[typing.Any, numpy.dtype[typing.Any]], priority: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]) -> int:
         """
-        Sets the priorities (n,) float (finite, >= 0, stored as float32) of the RL items named by index (n,) int64, in order (a repeated handle keeps its last priority). Returns how many were applied: stale handles (slot overwritten since sampling) and LLM handles (Eq. 8 weights do not use priorities) are skipped. Raises ValueError / IndexError, changing nothing, on a bad priority or a never-issued handle.
+        Sets the priorities (n,) float (finite, >= 0, stored as float32) of the RL items named by index (n,) int64, in order (a repeated handle keeps its last priority). Returns how many were applied: stale handles (slot overwritten since sampling) and validated handles (Eq. 8 weights do not use priorities) are skipped. Raises ValueError / IndexError, changing nothing, on a bad priority or a never-issued handle.
         """
     def update_rewards(self, index: numpy.ndarray[typing.Any, numpy.dtype[typing.Any]], reward: typing.Annotated[numpy.typing.ArrayLike, numpy.float64]) -> int:
         """
-        Replaces the rewards of the items named by index (RL or LLM) with reward (n,) float, keeping original_reward (the LLM critic's shaping). Returns how many were applied (stale handles are skipped).
+        Replaces the rewards of the items named by index (RL or validated) with reward (n,) float, keeping original_reward (the LLM critic's shaping). Returns how many were applied (stale handles are skipped).
         """
     @property
     def alpha(self) -> float:
@@ -93,22 +95,7 @@ class MixedReplay:
     @property
     def beta(self) -> float:
         """
-        Nominal LLM fraction of a batch.
-        """
-    @property
-    def llm_capacity(self) -> int:
-        """
-        Items of the LLM partition.
-        """
-    @property
-    def llm_size(self) -> int:
-        """
-        Live LLM items, valid or not.
-        """
-    @property
-    def llm_valid_size(self) -> int:
-        """
-        Live valid LLM items.
+        Nominal validated fraction of a batch.
         """
     @property
     def max_priority(self) -> float:
@@ -139,6 +126,21 @@ class MixedReplay:
     def tau(self) -> float:
         """
         Eq. 8 temperature.
+        """
+    @property
+    def validated_capacity(self) -> int:
+        """
+        Items of the validated partition.
+        """
+    @property
+    def validated_size(self) -> int:
+        """
+        Live items of the validated partition, valid or not.
+        """
+    @property
+    def validated_valid_size(self) -> int:
+        """
+        Live items of the validated partition with I_v = 1.
         """
 class GridLayout:
     """

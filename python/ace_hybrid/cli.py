@@ -15,6 +15,8 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from ace_hybrid.known_warnings import ignore_known_warnings
+
 __all__ = ["SHIPPED_KINDS", "build_parser", "find_config", "main", "missing_extra", "shipped_names"]
 
 _PACKAGE = Path(__file__).resolve().parent
@@ -408,6 +410,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    ignore_known_warnings()  # third-party noise (grid2op's numba notice, deprecations): ace_hybrid.known_warnings
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")

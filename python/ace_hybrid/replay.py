@@ -1,22 +1,33 @@
 """Mixed prioritised replay for ACE (arXiv 2506.02522, Eq. 8), backed by the C++ core.
 
-A batch of size B takes ``n_llm = min(B - floor((1 - beta) B + 0.5), K)`` rows from the LLM partition, where
+Two partitions: the RL partition D_RL holds the agent's own transitions; the *validated partition* (the paper's
+D_LLM) holds transitions whose action was checked in a simulator before it was stored -- the LLM actor's accepted
+refinements, and the decisions of the simulating tutor (``train.tutor_steps``) -- each with its validation flag I_v
+and its improvement r_hat - r.
+
+A batch of size B takes ``n_val = min(B - floor((1 - beta) B + 0.5), K)`` rows from the validated partition, where
 ``K`` is its number of valid items (``I_v = 1``), with probability proportional to ``I_v * exp((r_hat - r) /
-tau)``, and the other ``B - n_llm`` rows from the RL partition by proportional prioritised replay (Schaul et
+tau)``, and the other ``B - n_val`` rows from the RL partition by proportional prioritised replay (Schaul et
 al., 2016: probability proportional to ``priority ** alpha``; new transitions get the current maximum
-priority). So refined transitions are replayed from the first one on, never more rows than there are items;
+priority). So validated transitions are replayed from the first one on, never more rows than there are items;
 a partition with nothing sampleable gives the whole batch to the other. Each batch carries
 importance-sampling weights ``(N q_i) ** -w`` normalised by their maximum over the batch, where
 ``q_i = (n_part / B) * weight_i / total_part`` is the probability that one draw of this batch picks item ``i``
 and ``N = len(buffer)``.
 
-Items are named by int64 handles ``(write position << 1) | partition`` (0 RL, 1 LLM). A handle whose slot has
+Items are named by int64 handles ``(write position << 1) | partition`` (0 RL, 1 validated). A handle whose slot has
 been overwritten since it was issued is stale: :meth:`MixedReplayBuffer.update_priorities` and
 :meth:`MixedReplayBuffer.update_rewards` skip it and return how many handles they applied.
 
 The buffer is safe to use from one actor thread (adding) and one learner thread (sampling, updating) at
 the same time; batched calls release the GIL. See ``cpp/include/ace_hybrid/replay.hpp`` for the storage
 layout.
+
+Names. The C++ core and the replay file keep the validated partition's first name, "llm": ``_core.MixedReplay``'s
+C++ methods ``add_llm``/``llm_size``/``llm_valid_size``, ``ReplayConfig::llm_capacity``, and the file's header field
+``llm_capacity``/``llm_written`` and its ``llm.*`` columns (they appear in :meth:`MixedReplayBuffer.load`'s error
+messages). Python sees ``add_validated``, ``add_validated_batch``, ``validated_size``, ``validated_valid_size``,
+``validated_capacity`` and ``ReplayBatch.from_validated``. Files saved before the rename load unchanged.
 """
 
 from __future__ import annotations
@@ -33,7 +44,7 @@ __all__ = ["MixedReplayBuffer", "ReplayBatch"]
 
 
 class ReplayBatch(NamedTuple):
-    """A batch of B transitions (rows of the RL partition first, then LLM rows).
+    """A batch of B transitions (rows of the RL partition first, then validated rows).
 
     Attributes
     ----------
@@ -46,17 +57,17 @@ class ReplayBatch(NamedTuple):
         Importance-sampling weight, normalised by the batch maximum (1 for :meth:`MixedReplayBuffer.get`).
     index : (B,) int64
         Handles, for :meth:`MixedReplayBuffer.update_priorities` / :meth:`MixedReplayBuffer.update_rewards`.
-    from_llm : (B,) bool
-        True for rows drawn from the LLM partition.
+    from_validated : (B,) bool
+        True for rows drawn from the validated partition.
     original_reward : (B,) float32
         Reward as first stored, before any shaping.
     episode : (B,) int64
     decision : (B,) int64
         Index of the agent's decision within its episode (one transition per decision).
     improvement : (B,) float32
-        r_hat - r of LLM rows (0 for RL rows).
+        r_hat - r of validated rows (0 for RL rows).
     valid : (B,) bool
-        Validation flag I_v of LLM rows (False for RL rows).
+        Validation flag I_v of validated rows (False for RL rows).
     """
 
     obs: npt.NDArray[np.float32]
@@ -67,7 +78,7 @@ class ReplayBatch(NamedTuple):
     truncated: npt.NDArray[np.bool_]
     weight: npt.NDArray[np.float32]
     index: npt.NDArray[np.int64]
-    from_llm: npt.NDArray[np.bool_]
+    from_validated: npt.NDArray[np.bool_]
     original_reward: npt.NDArray[np.float32]
     episode: npt.NDArray[np.int64]
     decision: npt.NDArray[np.int64]
@@ -76,7 +87,7 @@ class ReplayBatch(NamedTuple):
 
 
 class MixedReplayBuffer(_core.MixedReplay):
-    """RL + LLM replay with prioritised and Eq. 8 sampling.
+    """RL + validated replay with prioritised and Eq. 8 sampling.
 
     Parameters
     ----------
@@ -85,12 +96,12 @@ class MixedReplayBuffer(_core.MixedReplay):
     rl_capacity : int
         Observation slots of the RL partition (>= 3). Each observation is stored once, so episodes of length L
         hold about ``rl_capacity * L / (L + 1)`` transitions.
-    llm_capacity : int
-        Transitions of the LLM partition (>= 1); they store their own next observations.
+    validated_capacity : int
+        Transitions of the validated partition (>= 1); they store their own next observations.
     alpha : float
         Priority exponent in [0, 1]; 0 samples live RL transitions uniformly. Default 0.6 (Schaul et al.).
     beta : float
-        Nominal fraction of each batch drawn from the LLM partition, in [0, 1]. Default 0.25.
+        Nominal fraction of each batch drawn from the validated partition, in [0, 1]. Default 0.25.
     tau : float
         Temperature of Eq. 8, in [1e-6, 1e6]; the exponent is clipped to [-60, 60]. Default 1.0.
     seed : int
@@ -98,7 +109,7 @@ class MixedReplayBuffer(_core.MixedReplay):
 
     Notes
     -----
-    ``add_rl``, ``add_rl_batch``, ``add_llm``, ``add_llm_batch``, ``update_priorities`` and
+    ``add_rl``, ``add_rl_batch``, ``add_validated``, ``add_validated_batch``, ``update_priorities`` and
     ``update_rewards`` are the compiled methods themselves (no Python layer: they are on the hot path); see
     their docstrings. ``add_rl(obs, action, reward, next_obs, done, truncated, episode, decision) -> int``
     continues the stored episode when ``obs`` equals its stored next observation and ``decision`` (the index of
@@ -109,14 +120,14 @@ class MixedReplayBuffer(_core.MixedReplay):
         self,
         obs_dim: int,
         rl_capacity: int,
-        llm_capacity: int,
+        validated_capacity: int,
         *,
         alpha: float = 0.6,
         beta: float = 0.25,
         tau: float = 1.0,
         seed: int = 0,
     ) -> None:
-        super().__init__(obs_dim, rl_capacity, llm_capacity, alpha=alpha, beta=beta, tau=tau, seed=seed)
+        super().__init__(obs_dim, rl_capacity, validated_capacity, alpha=alpha, beta=beta, tau=tau, seed=seed)
 
     def sample(self, batch_size: int, is_exponent: float = 0.4) -> ReplayBatch:
         """Draw a batch.
@@ -131,7 +142,7 @@ class MixedReplayBuffer(_core.MixedReplay):
         Returns
         -------
         ReplayBatch
-            ``weight = (N q_i) ** -w / max_j (N q_j) ** -w`` over this batch. The LLM partition supplies
+            ``weight = (N q_i) ** -w / max_j (N q_j) ** -w`` over this batch. The validated partition supplies
             ``min(B - floor((1 - beta) B + 0.5), K)`` rows (``K``: its valid items), RL the rest; a partition
             with nothing sampleable gives the whole batch to the other, and ``q_i`` uses the split actually
             drawn. RL rows come first.
@@ -169,7 +180,7 @@ class MixedReplayBuffer(_core.MixedReplay):
 
         The file (format version 3) holds a magic string, the format version, a byte-order tag, the
         configuration, the write pointers and the generator state, then the slots each partition has used
-        (never more than it has written: ``4 D + 37`` bytes per RL slot and ``8 D + 37`` per LLM slot,
+        (never more than it has written: ``4 D + 37`` bytes per RL slot and ``8 D + 37`` per validated slot,
         whatever the capacities) with their priorities and tree leaves, and a checksum. Sampling after
         :meth:`load` is bit-identical to sampling from this buffer. Raises OSError if it cannot be written.
         """
@@ -198,6 +209,6 @@ class MixedReplayBuffer(_core.MixedReplay):
     def __repr__(self) -> str:
         return (
             f"MixedReplayBuffer(obs_dim={self.obs_dim}, rl_capacity={self.rl_capacity}, "
-            f"llm_capacity={self.llm_capacity}, alpha={self.alpha}, beta={self.beta}, tau={self.tau}; "
-            f"rl_size={self.rl_size}, llm_size={self.llm_size})"
+            f"validated_capacity={self.validated_capacity}, alpha={self.alpha}, beta={self.beta}, tau={self.tau}; "
+            f"rl_size={self.rl_size}, validated_size={self.validated_size})"
         )

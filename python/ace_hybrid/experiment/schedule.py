@@ -13,15 +13,16 @@ import json
 import os
 import platform
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from ace_hybrid.config import Config
 from ace_hybrid.experiment.cells import cell_id, finished_model, fingerprint, run_cell, run_dir_of
+from ace_hybrid.experiment.eta import BAR_FORMAT, RemainingTime
 from ace_hybrid.experiment.spec import LLM_KINDS, ExperimentSpec, RowSpec
 from ace_hybrid.experiment.statistics import BOOTSTRAP_DRAWS, BOOTSTRAP_SEED, aggregate, compare_rows
 from ace_hybrid.experiment.tables import setup_text, to_markdown, write_results
 from ace_hybrid.files import atomic_write_json
-from ace_hybrid.processes import exit_with_parent
+from ace_hybrid.processes import start_child
 
 Cell = tuple[RowSpec, int | None, Config]
 """(row, seed, configuration) of one cell of the plan; the seed is None for a baseline."""
@@ -99,22 +100,30 @@ def _run_cells(spec: ExperimentSpec, plan: Sequence[Cell], todo: Sequence[Cell],
     from tqdm.auto import tqdm
 
     trained = _finished_trainings(out) if todo else {}
+    eta = RemainingTime(spec, cell_groups(todo), jobs, trained)  # from the cells' expected costs, not a mean
     bar = tqdm(total=len(plan), initial=len(plan) - len(todo), desc=f"experiment {spec.name}", unit="cell",
-               disable=not progress, dynamic_ncols=True)
+               disable=not progress, dynamic_ncols=True, bar_format=BAR_FORMAT)
+
+    def advance(cell: dict[str, Any], running: str = "") -> None:
+        eta.finished(cell)
+        bar.set_postfix_str(eta.describe(running), refresh=False)
+        bar.update(1)
+
     try:
         if jobs == 1 or len(todo) <= 1:
             envs: dict[tuple[str, int], Any] = {}
             try:
                 for group in cell_groups(todo):
-                    bar.set_postfix_str(cell_id(group[0][0], group[0][1]))
+                    running = cell_id(group[0][0], group[0][1])
+                    bar.set_postfix_str(eta.describe(running))
                     for cell in run_cell_group(spec, group, out, trained, envs):
                         yield cell
-                        bar.update(1)
+                        advance(cell, running)
             finally:
                 for env in envs.values():
                     env.close()
         else:
-            yield from _run_in_workers(spec, todo, out, trained, jobs, bar)
+            yield from _run_in_workers(spec, todo, out, trained, jobs, advance)
     finally:
         bar.close()
 
@@ -173,7 +182,8 @@ def longest_first(groups: Sequence[Sequence[Cell]]) -> list[Any]:
 
 
 def _run_in_workers(spec: ExperimentSpec, todo: Sequence[Cell], out: Path,
-                    trained: dict[tuple[str, str], dict[str, Any]], jobs: int, bar: Any) -> Iterator[dict[str, Any]]:
+                    trained: dict[tuple[str, str], dict[str, Any]], jobs: int,
+                    advance: Callable[[dict[str, Any]], None]) -> Iterator[dict[str, Any]]:
     """Run the groups of ``todo`` in ``jobs`` fresh ("spawn") processes, in :func:`longest_first` order, yielding
     cells as groups finish. A failing group stops the experiment after the running groups finish (their cells are
     saved; a rerun continues)."""
@@ -182,7 +192,7 @@ def _run_in_workers(spec: ExperimentSpec, todo: Sequence[Cell], out: Path,
 
     groups = longest_first(cell_groups(todo))
     with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
-                             initializer=exit_with_parent, initargs=(os.getpid(),)) as pool:
+                             initializer=start_child, initargs=(os.getpid(),)) as pool:
         pending = {pool.submit(_run_group_in_worker, spec, group, out, trained) for group in groups}
         while pending:
             finished, pending = wait(pending, return_when=FIRST_EXCEPTION)
@@ -192,7 +202,7 @@ def _run_in_workers(spec: ExperimentSpec, todo: Sequence[Cell], out: Path,
                         other.cancel()
                     raise future.exception()
                 for cell in future.result():
-                    bar.update(1)
+                    advance(cell)
                     yield cell
 
 

@@ -22,8 +22,8 @@ played) and:
    at least ``min_rho_drop`` (0.05) (:meth:`PolicyActor.better`); otherwise it goes into the next round's prompt as a failed attempt, up to
    ``max_rounds`` rounds.
 
-An accepted proposal becomes the transition (s, a_hat, r_hat, s_hat', done_hat) of the LLM partition with I_v = 1 and
-improvement r_hat - r (r: the RL action's replayed reward).
+An accepted proposal becomes the transition (s, a_hat, r_hat, s_hat', done_hat) of the validated partition with
+I_v = 1 and improvement r_hat - r (r: the RL action's replayed reward).
 
 Why refine as transitions complete rather than from sampled batches: validating in a simulator needs the grid's full
 state, which the replay does not keep (it stores feature vectors). The loop holds one snapshot per pending decision
@@ -133,6 +133,10 @@ class Refinement:
     """Candidates validated, in the order the ranker chose them."""
     positions: list[int] = field(default_factory=list)
     """Position (0 = A) of each round's choice in the order shown: how spread a model's choices are."""
+    first_problem: ChoiceProblem | None = None
+    """The first round's question (every candidate, in the order shown)."""
+    verdicts: list[tuple[int, bool]] = field(default_factory=list)
+    """(position in ``first_problem``, accepted) of every candidate validated: the simulator's labels."""
 
     @property
     def prompt(self) -> list[dict[str, str]] | None:
@@ -288,6 +292,7 @@ class PolicyActor:
             return result
         rng = self.order_rng if order_seed is None else np.random.default_rng(order_seed)
         shown = [candidates[i] for i in neutral_order(len(candidates), rng)]
+        first = list(shown)
         baseline = self._simulate(snapshot, rl_action)
         result.baseline = baseline
         state_text = describe_state(obs, self.layout)
@@ -315,10 +320,12 @@ class PolicyActor:
             result.rounds += 1
             self.stats.rounds += 1
             result.positions.append(choice)
+            result.first_problem = result.first_problem or problem
             action = shown.pop(choice)
             outcome = self._simulate(snapshot, action)
             result.tried.append(action)
-            if self.better(outcome, baseline):
+            result.verdicts.append((first.index(action), self.better(outcome, baseline)))
+            if result.verdicts[-1][1]:
                 result.accepted, result.action, result.rollout = True, action, outcome
                 result.improvement = outcome.reward - baseline.reward
                 result.problem, result.choice = problem, choice

@@ -53,6 +53,7 @@ __all__ = [
     "GenerateRequest",
     "MAX_TOP_LOGPROBS",
     "as_messages",
+    "check_finetune_args",
     "check_reduction",
     "check_strings",
     "generate_request",
@@ -328,3 +329,22 @@ def check_reduction(reduction: str) -> str:
     if reduction not in ("sum", "mean"):
         raise ValueError(f"reduction = {reduction!r} is invalid; valid: 'sum' | 'mean'")
     return reduction
+
+
+def check_finetune_args(pairs: Sequence[tuple[Prompt, str]], rank: Any, alpha: Any, lr: Any, epochs: Any,
+                       batch_size: Any) -> list[tuple[Prompt, str]]:
+    """The pairs as a list, once every argument is valid (ValueError naming the first that is not)."""
+    for name, value, lo in (("rank", rank, 1), ("epochs", epochs, 1), ("batch_size", batch_size, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+            raise ValueError(f"{name} = {value!r} must be an integer >= {lo}")
+    for name, value in (("alpha", alpha), ("lr", lr)):
+        if not np.isfinite(value) or value <= 0:
+            raise ValueError(f"{name} = {value!r} must be finite and > 0")
+    items = list(pairs)
+    if not items:
+        raise ValueError("pairs = [] is empty; give at least one (prompt, answer) pair")
+    for i, pair in enumerate(items):
+        if len(pair) != 2 or not isinstance(pair[1], str) or not pair[1]:
+            raise ValueError(f"pairs[{i}] = {pair!r} must be (prompt, non-empty answer)")
+        as_messages(pair[0])
+    return items

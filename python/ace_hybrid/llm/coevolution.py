@@ -1,12 +1,14 @@
 """Co-evolution: LoRA fine-tuning of the LLM on its best accepted refinements (ACE, arXiv 2506.02522, Sec. 3.4).
 
-Every ``finetune_every`` accepted refinements, the accepted refinements whose transitions are still in the LLM
-partition are ranked by improvement r_hat - r and the best ``finetune_pairs`` train the LoRA adapter
+Every ``finetune_every`` accepted refinements, the accepted refinements whose transitions are still in the
+validated partition are ranked by improvement r_hat - r and the best ``finetune_pairs`` train the LoRA adapter
 (:meth:`~ace_hybrid.llm.backend.LLMBackend.finetune`). The adapter is written under ``adapter_dir/round-<k>`` and
 stays loaded: the next proposals come from the fine-tuned model.
 
-The pairs teach content, not a letter (:func:`content_pairs`): each accepted refinement is shown under ``orders``
-orders of its candidates, the accepted candidate's letter cycling evenly over the positions. A target that is
+The pairs teach content, not a letter. For the "llm" ranker (:func:`content_pairs`) each accepted refinement is shown
+under ``orders`` orders of its candidates, the accepted candidate's letter cycling evenly over the positions; for the
+"judge" ranker (:func:`judge_pairs`) each candidate the simulator validated is a pair of its own, GOOD or BAD as it
+was judged, the two answers in equal numbers. A target that is
 always the same letter teaches the letter: the embedded model chose A on every problem, the actor then accepted
 the A's that validated, and a round on those pairs lowered the loss without changing a single choice.
 
@@ -28,9 +30,12 @@ import numpy as np
 
 from ace_hybrid.llm.actor import PolicyActor, Refinement
 from ace_hybrid.llm.backend import LLMBackend, LLMError
-from ace_hybrid.llm.rankers import LABELS, ChoiceProblem
+from ace_hybrid.llm.rankers import LABELS, VERDICTS, ChoiceProblem
 
-__all__ = ["CoEvolution", "ProbeProblem", "content_pairs"]
+__all__ = ["TARGETS", "CoEvolution", "ProbeProblem", "content_pairs", "judge_pairs"]
+
+TARGETS = ("letter", "judge")
+"""What a round teaches: the right candidate's letter (the "llm" ranker) or the verdict on each candidate ("judge")."""
 
 
 def content_pairs(examples: Sequence[tuple[ChoiceProblem, int]], orders: int, seed: int
@@ -53,6 +58,21 @@ def content_pairs(examples: Sequence[tuple[ChoiceProblem, int]], orders: int, se
             order = others[:position] + [right] + others[position:]
             out.append((problem.reordered(order).prompt(), LABELS[position]))
     return out
+
+
+def judge_pairs(examples: Sequence[tuple[ChoiceProblem, Sequence[tuple[int, bool]]]], seed: int
+                ) -> list[tuple[list[dict[str, str]], str]]:
+    """(judging prompt, "GOOD" | "BAD") pairs from the simulator's verdicts on candidates (position in the problem,
+    accepted); the more frequent answer is subsampled (seeded) to the count of the other, so that no answer can be
+    learnt as a constant, unless one of them is missing altogether."""
+    rng = np.random.default_rng(seed)
+    good = [(p, k) for p, verdicts in examples for k, ok in verdicts if ok]
+    bad = [(p, k) for p, verdicts in examples for k, ok in verdicts if not ok]
+    if good and bad:
+        n = min(len(good), len(bad))
+        good, bad = ([side[i] for i in sorted(rng.choice(len(side), n, replace=False))] for side in (good, bad))
+    pairs = [(p.judge_prompt(k), VERDICTS[0]) for p, k in good] + [(p.judge_prompt(k), VERDICTS[1]) for p, k in bad]
+    return [pairs[i] for i in rng.permutation(len(pairs))]
 
 
 @dataclass
@@ -80,6 +100,8 @@ class CoEvolution:
         Accepted refinements per round.
     orders : int
         Orders each refinement is shown under (:func:`content_pairs`).
+    target : {"letter", "judge"}
+        What the pairs teach (:data:`TARGETS`): the ranker's own question.
     seed : int
         Seed of those orders.
     adapter_dir : Path
@@ -89,18 +111,20 @@ class CoEvolution:
     """
 
     def __init__(self, backend: LLMBackend, *, every: int, n_pairs: int, adapter_dir: Path, probe_size: int,
-                 orders: int = 2, seed: int = 0) -> None:
+                 orders: int = 2, seed: int = 0, target: str = "letter") -> None:
+        if target not in TARGETS:
+            raise ValueError(f"target = {target!r} is invalid; valid: {' | '.join(TARGETS)}")
         if every < 1 or n_pairs < 1 or probe_size < 0 or orders < 1:
             raise ValueError(f"every = {every}, n_pairs = {n_pairs}, probe_size = {probe_size}, orders = {orders}: "
                              "need every >= 1, n_pairs >= 1, probe_size >= 0, orders >= 1")
         self.backend, self.every, self.n_pairs = backend, int(every), int(n_pairs)
-        self.orders, self.seed = int(orders), int(seed)
+        self.orders, self.seed, self.target = int(orders), int(seed), target
         self.adapter_dir, self.probe_size = Path(adapter_dir), int(probe_size)
         self.disabled = None if getattr(backend, "supports_finetune", False) else (
             f"backend {getattr(backend, 'name', '?')!r} cannot fine-tune")
         self.records: list[dict[str, Any]] = []
         """Accepted refinements: problem (:meth:`ChoiceProblem.to_dict`), choice (the accepted candidate's position
-        in it), improvement, handle (in the LLM partition)."""
+        in it), improvement, handle (in the validated partition)."""
         self.since_last = 0
         self.history: list[dict[str, Any]] = []
         """One entry per fine-tuning round (saved with checkpoints)."""
@@ -121,7 +145,9 @@ class CoEvolution:
         """What :meth:`record` keeps of an accepted refinement (plain values, for checkpoints)."""
         if not refinement.accepted or refinement.problem is None or refinement.choice is None:
             raise ValueError("only accepted refinements (with their problem and choice) can be recorded")
+        first = refinement.first_problem or refinement.problem
         return {"problem": refinement.problem.to_dict(), "choice": int(refinement.choice),
+                "first_problem": first.to_dict(), "verdicts": [[int(k), bool(ok)] for k, ok in refinement.verdicts],
                 "improvement": float(refinement.improvement), "handle": int(handle)}
 
     def record(self, refinement: Refinement, handle: int) -> None:
@@ -146,8 +172,10 @@ class CoEvolution:
             live.append(rec)
         self.records = live
         best = sorted(live, key=lambda r: -r["improvement"])[: self.n_pairs]
-        examples = [(ChoiceProblem.from_dict(r["problem"]), r["choice"]) for r in best]
-        return content_pairs(examples, self.orders, self.seed + len(self.history))
+        seed = self.seed + len(self.history)
+        if self.target == "judge":
+            return judge_pairs([(ChoiceProblem.from_dict(r["first_problem"]), r["verdicts"]) for r in best], seed)
+        return content_pairs([(ChoiceProblem.from_dict(r["problem"]), r["choice"]) for r in best], self.orders, seed)
 
     def probe(self, actor: PolicyActor, may_call: Callable[[], bool]) -> dict[str, float]:
         """The LLM's first choice on every probe problem, validated: acceptance rate, mean improvement, and the
@@ -182,7 +210,7 @@ class CoEvolution:
         entry: dict[str, Any] = {"round": len(self.history) + 1, "env_steps": env_steps}
         started = time.perf_counter()
         pairs = self.best_pairs(replay)
-        entry["pairs"], entry["refinements"] = len(pairs), len(pairs) // self.orders
+        entry["pairs"], entry["refinements"] = len(pairs), min(len(self.records), self.n_pairs)
         if self.probes:
             entry["probe_before"] = self.probe(actor, may_call)
         try:

@@ -2,9 +2,13 @@
 step, or at random (``ace.ranker``).
 
 The LLM sees a :class:`ChoiceProblem`: the state, the RL action and its outcome, the failed attempts, and the
-candidates, each under a letter and (``ace.show_effects``) with its simulated one-step effect. It answers with one
-*label* (A, B, C, ...), read from the labels' next-token log-probabilities, so the length of a candidate's text
-cannot bias it.
+candidates, each (``ace.show_effects``) with its simulated one-step effect. Two ways to ask it:
+
+* ``llm``: all candidates in one prompt, each under a letter; the answer is one *label* (A, B, C, ...), read from the
+  labels' next-token log-probabilities, so the length of a candidate's text cannot bias it;
+* ``judge``: each candidate in a prompt of its own, "is it better than what was played?", read as
+  log P(GOOD) - log P(BAD) (LAC's critic Q_LLM, arXiv 2506.06376); the best judged candidate is chosen. No
+  candidate has a position there, and the fine-tuning pairs are the simulator's verdicts on each validated candidate.
 
 Small models answer by position: the embedded SmolLM2-135M chose letter A on 120 of 120 problems whatever stood
 there. So candidates never reach a prompt in a meaningful order (the shortlist's heuristic order or the critic's Q
@@ -30,14 +34,16 @@ from ace_hybrid.config import ACTOR_RANKERS
 from ace_hybrid.llm.backend import LLMBackend, LLMError
 from ace_hybrid.llm.lac import LACRanker
 
-__all__ = ["LABELS", "LLM_RANKERS", "RANKERS", "CandidateEffect", "ChoiceProblem", "Ranker",
+__all__ = ["LABELS", "LLM_RANKERS", "RANKERS", "VERDICTS", "CandidateEffect", "ChoiceProblem", "Ranker",
            "describe_effect", "neutral_order", "simulate_effects"]
 
 RANKERS = ACTOR_RANKERS
-LLM_RANKERS = ("llm", "lac")
+LLM_RANKERS = ("llm", "judge", "lac")
 """Rankers that call the language model (each round is one call of the budget)."""
 LABELS = string.ascii_uppercase
 """One label token per candidate (at most 26 candidates)."""
+VERDICTS = ("GOOD", "BAD")
+"""The "judge" ranker's answers (their first tokens differ), as LAC's critic reads them."""
 
 DOMAIN_PREFIX = ("You operate a power grid. A line loaded over 100% trips after a while, which can cascade into a "
                  "blackout. Good actions bring every line well below 100%.")
@@ -109,19 +115,30 @@ class ChoiceProblem:
     def labels(self) -> list[str]:
         return list(LABELS[: len(self.texts)])
 
+    def option(self, k: int) -> str:
+        """Candidate ``k`` as the prompts show it (with its simulated effect when ``show_effects``)."""
+        text = _compact(self.texts[k])
+        return f"{text} | {describe_effect(self.effects[k])}" if self.show_effects else text
+
     def prompt(self) -> list[dict[str, str]]:
         """The chat prompt; the answer is one label."""
-        lines = [f"State: {self.state_text}", f"Played: {self.rl_text}. Outcome: {self.rl_outcome}."]
-        lines += [f"Also tried, not better: {text}. Outcome: {outcome}." for text, outcome in self.failed]
-        texts = [_compact(t) for t in self.texts]
-        if self.show_effects:
-            lines.append("Options, each simulated one step:")
-            lines += [f"{LABELS[k]}. {t} | {describe_effect(e)}" for k, (t, e) in enumerate(zip(texts, self.effects))]
-        else:
-            lines.append("Options:")
-            lines += [f"{LABELS[k]}. {t}" for k, t in enumerate(texts)]
+        lines = self._context()
+        lines.append("Options, each simulated one step:" if self.show_effects else "Options:")
+        lines += [f"{LABELS[k]}. {self.option(k)}" for k in range(len(self.texts))]
         lines.append("Which option keeps the grid safest? Answer with its letter.")
         return [{"role": "system", "content": DOMAIN_PREFIX}, {"role": "user", "content": "\n".join(lines)}]
+
+    def judge_prompt(self, k: int) -> list[dict[str, str]]:
+        """The "judge" ranker's question about candidate ``k`` alone; the answer is GOOD or BAD. The prompts of one
+        problem differ only in their last lines (a local model runs their common start once)."""
+        lines = self._context()
+        lines.append(f"Option{', simulated one step' if self.show_effects else ''}: {self.option(k)}")
+        lines.append("Is this option better than what was played? Answer GOOD or BAD.")
+        return [{"role": "system", "content": DOMAIN_PREFIX}, {"role": "user", "content": "\n".join(lines)}]
+
+    def _context(self) -> list[str]:
+        lines = [f"State: {self.state_text}", f"Played: {self.rl_text}. Outcome: {self.rl_outcome}."]
+        return lines + [f"Also tried, not better: {text}. Outcome: {outcome}." for text, outcome in self.failed]
 
     def reordered(self, order: Sequence[int]) -> ChoiceProblem:
         """The same problem with candidate ``order[k]`` shown at position k."""
@@ -194,11 +211,10 @@ class Ranker:
         if self.kind == "random":
             return int(self.rng.integers(n))
         if self.lac is not None:
-            texts = [f"{t} ({describe_effect(e)})" if problem.show_effects else t
-                     for t, e in zip(problem.texts, problem.effects)]
-            ranking = self.lac.rank(problem.state_text, texts)
+            ranking = self.lac.rank(problem.state_text, [problem.option(k) for k in range(n)])
             return self._best(ranking.probs)
-        assert self.backend is not None
+        if self.kind == "judge":
+            return self._best(self.judgements(problem))
         return self._best(self.label_logprobs(problem))
 
     def label_logprobs(self, problem: ChoiceProblem) -> np.ndarray:
@@ -211,6 +227,19 @@ class Ranker:
             raise LLMError(f"label log-probabilities {logp!r} are not {n} finite numbers",
                            backend=getattr(self.backend, "name", "?"), kind="malformed")
         return logp
+
+    def judgements(self, problem: ChoiceProblem) -> np.ndarray:
+        """(n,) log P(GOOD) - log P(BAD) of each candidate judged alone (LAC's Q_LLM); LLMError ("malformed")
+        unless every one is finite."""
+        assert self.backend is not None
+        prompts = [problem.judge_prompt(k) for k in range(len(problem.texts))]
+        many = getattr(self.backend, "next_token_logprobs_many", None)
+        lp = np.asarray(many(prompts, list(VERDICTS)) if many is not None else
+                        [self.backend.next_token_logprobs(p, list(VERDICTS)) for p in prompts], dtype=np.float64)
+        if lp.shape != (len(prompts), 2) or not np.all(np.isfinite(lp)):
+            raise LLMError(f"judgements {lp!r} are not {len(prompts)} finite (GOOD, BAD) pairs",
+                           backend=getattr(self.backend, "name", "?"), kind="malformed")
+        return lp[:, 0] - lp[:, 1]
 
     def _best(self, scores: np.ndarray) -> int:
         """Index of the highest score; ties broken at random (never by position)."""

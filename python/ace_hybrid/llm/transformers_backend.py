@@ -19,7 +19,6 @@ ValueError for invalid arguments.
 from __future__ import annotations
 
 import contextlib
-import copy
 import inspect
 import logging
 import os
@@ -34,6 +33,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ace_hybrid.llm import shared_prefix
 from ace_hybrid.llm.backend import (
     CandidateScores,
     FinetuneStats,
@@ -42,6 +42,7 @@ from ace_hybrid.llm.backend import (
     LLMError,
     Prompt,
     as_messages,
+    check_finetune_args,
     check_reduction,
     check_strings,
     generate_request,
@@ -269,13 +270,10 @@ class TransformersBackend:
             shared = self.config.share_prompt_cache and self._prefix_ok and len(items) > 1
             if shared:
                 try:
-                    totals[:] = self._score_shared_prefix(prompt_ids, cand_ids)
+                    totals[:] = shared_prefix.continuation_logprobs(self, prompt_ids, cand_ids)
                     self._stats["tokens_in"] += len(prompt_ids) + int(counts.sum())
                 except (AttributeError, TypeError, NotImplementedError) as exc:
-                    # this architecture's cache cannot be expanded over a batch: score without sharing
-                    log.warning("prompt-cache sharing unavailable (%s: %s); scoring full sequences",
-                                type(exc).__name__, exc)
-                    self._prefix_ok = False
+                    self._no_prefix_sharing(exc)
                     shared = False
             for start in range(0, 0 if shared else len(items), step):
                 chunk = cand_ids[start : start + step]
@@ -292,48 +290,10 @@ class TransformersBackend:
             totals = totals / counts
         return CandidateScores(totals, counts, "teacher_forcing", reduction)
 
-    def _score_shared_prefix(self, prompt_ids: list[int], cand_ids: list[list[int]]) -> npt.NDArray[np.float64]:
-        """Summed candidate log-probs with the prompt run once and its key/value cache shared.
-
-        The prompt's forward gives the first candidate token's distribution and a cache; each chunk of
-        candidates (right-padded, positions continuing after the prompt) runs on a copy of that cache
-        repeated over the batch. Cost: one prompt forward + the candidate tokens, instead of the prompt
-        once per candidate.
-        """
-        torch = self._torch
-        n_prompt = len(prompt_ids)
-        kwargs: dict[str, Any] = {"input_ids": torch.tensor([prompt_ids], device=self.device), "use_cache": True}
-        if self._has_logits_to_keep:
-            kwargs["logits_to_keep"] = 1
-        out = self.model(**kwargs)
-        first = torch.log_softmax(out.logits[0, -1].float(), dim=-1)
-        prefix = getattr(out, self._cache_name, None)
-        if prefix is None or not hasattr(prefix, "batch_repeat_interleave"):
-            raise NotImplementedError(f"the model returned no expandable cache ({type(prefix).__name__})")
-        totals = np.empty(len(cand_ids), dtype=np.float64)
-        step = self.config.score_batch_size
-        for start in range(0, len(cand_ids), step):
-            chunk = cand_ids[start : start + step]
-            width = max(len(c) for c in chunk)
-            ids = torch.full((len(chunk), width), self._pad_id, dtype=torch.long)
-            mask = torch.zeros((len(chunk), n_prompt + width), dtype=torch.long)
-            mask[:, :n_prompt] = 1
-            for row, c in enumerate(chunk):
-                ids[row, : len(c)] = torch.tensor(c, dtype=torch.long)
-                mask[row, n_prompt : n_prompt + len(c)] = 1
-            positions = (n_prompt + torch.arange(width)).expand(len(chunk), width)
-            cache = copy.deepcopy(prefix)
-            cache.batch_repeat_interleave(len(chunk))
-            ids, mask, positions = ids.to(self.device), mask.to(self.device), positions.to(self.device)
-            logits = self.model(
-                input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **{self._cache_name: cache}
-            ).logits
-            rest = torch.log_softmax(logits[:, :-1].float(), dim=-1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-            lens = torch.tensor([len(c) for c in chunk], device=rest.device)
-            in_candidate = torch.arange(1, width, device=rest.device)[None, :] < lens[:, None]
-            sums = first[ids[:, 0]] + (rest * in_candidate).sum(-1)
-            totals[start : start + len(chunk)] = sums.double().cpu().numpy()
-        return totals
+    def _no_prefix_sharing(self, exc: Exception) -> None:
+        """This architecture's cache cannot be repeated over a batch: score full sequences from now on."""
+        log.warning("prompt-cache sharing unavailable (%s: %s); scoring full sequences", type(exc).__name__, exc)
+        self._prefix_ok = False
 
     def first_token_ids(self, tokens: Sequence[str]) -> list[int]:
         """Token id of the first token of each string (ValueError if two strings share it)."""
@@ -379,6 +339,14 @@ class TransformersBackend:
         with self._guard("next_token_logprobs"), torch.inference_mode():
             rendered = [self.render(p) for p in prompts]
             index = torch.tensor(token_ids, device=self.device)
+            shared = shared_prefix.common_prefix(rendered) if len(rendered) > 1 else 0
+            if self.config.share_prompt_cache and self._prefix_ok and shared >= shared_prefix.MIN_SHARED_TOKENS:
+                try:
+                    out[:] = shared_prefix.next_token_logprobs(self, rendered, shared, index)
+                    self._stats["tokens_in"] += shared + sum(len(r) - shared for r in rendered)
+                    return out
+                except (AttributeError, TypeError, NotImplementedError) as exc:
+                    self._no_prefix_sharing(exc)
             step = self.config.score_batch_size
             for start in range(0, len(rendered), step):
                 chunk = rendered[start : start + step]
@@ -511,59 +479,50 @@ class TransformersBackend:
         lr = cfg.lora_lr if lr is None else lr
         epochs = cfg.lora_epochs if epochs is None else epochs
         batch_size = cfg.lora_batch_size if batch_size is None else batch_size
-        for name, value, lo in (("rank", rank, 1), ("epochs", epochs, 1), ("batch_size", batch_size, 1)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-                raise ValueError(f"{name} = {value!r} must be an integer >= {lo}")
-        for name, value in (("alpha", alpha), ("lr", lr)):
-            if not np.isfinite(value) or value <= 0:
-                raise ValueError(f"{name} = {value!r} must be finite and > 0")
-        items = list(pairs)
-        if not items:
-            raise ValueError("pairs = [] is empty; give at least one (prompt, answer) pair")
-        for i, pair in enumerate(items):
-            if len(pair) != 2 or not isinstance(pair[1], str) or not pair[1]:
-                raise ValueError(f"pairs[{i}] = {pair!r} must be (prompt, non-empty answer)")
-            as_messages(pair[0])
-        from tqdm.auto import tqdm  # a dependency of transformers
-
-        torch = self._torch
+        items = check_finetune_args(pairs, rank, alpha, lr, epochs, batch_size)
         started = time.perf_counter()
-        losses: list[float] = []
         with self._guard("finetune"), _quiet_third_party():
             self._ensure_adapter(rank, float(alpha))
             examples = [(self.render(p), self.encode(a) + self._eos_ids[:1]) for p, a in items]
-            n_answer = sum(len(a) for _, a in examples)
             params = [p for p in self.model.parameters() if p.requires_grad]
-            optimizer = torch.optim.AdamW(params, lr=float(lr))
-            generator = torch.Generator().manual_seed(cfg.seed + self._finetune_calls)
-            self._finetune_calls += 1
-            if cfg.lora_checkpointing:
-                self._enable_checkpointing()
-            self.model.train()
-            steps = epochs * -(-len(examples) // batch_size)
-            bar = tqdm(total=steps, desc="LoRA fine-tuning", unit="step", leave=False, disable=steps < 4)
-            try:
-                for _ in range(epochs):
-                    order = torch.randperm(len(examples), generator=generator).tolist()
-                    for start in range(0, len(order), batch_size):
-                        batch = [examples[j] for j in order[start : start + batch_size]]
-                        optimizer.zero_grad(set_to_none=True)
-                        loss = self._accumulate_answer_loss(batch, cfg.lora_micro_batch)
-                        if not np.isfinite(loss):
-                            raise LLMError(f"non-finite fine-tuning loss {loss}", backend=self.name, kind="model")
-                        optimizer.step()
-                        losses.append(loss)
-                        bar.update()
-                        bar.set_postfix(loss=f"{loss:.3f}")
-                        self._stats["finetune_steps"] += 1
-                        self._stats["tokens_in"] += sum(len(p) + len(a) for p, a in batch)
-            finally:
-                bar.close()
-                self.model.eval()
-            trainable = sum(p.numel() for p in params)
-        return FinetuneStats(
-            len(losses), epochs, len(items), n_answer, tuple(losses), trainable, time.perf_counter() - started
-        )
+            losses = self._train(examples, params, float(lr), epochs, batch_size)
+        return FinetuneStats(len(losses), epochs, len(items), sum(len(a) for _, a in examples), tuple(losses),
+                             sum(p.numel() for p in params), time.perf_counter() - started)
+
+    def _train(self, examples: list[tuple[list[int], list[int]]], params: list[Any], lr: float, epochs: int,
+               batch_size: int) -> list[float]:
+        """AdamW over ``epochs`` shuffled passes of ``examples`` (prompt ids, answer ids); each step's loss."""
+        from tqdm.auto import tqdm  # a dependency of transformers
+
+        torch, cfg = self._torch, self.config
+        optimizer = torch.optim.AdamW(params, lr=lr)
+        generator = torch.Generator().manual_seed(cfg.seed + self._finetune_calls)
+        self._finetune_calls += 1
+        if cfg.lora_checkpointing:
+            self._enable_checkpointing()
+        losses: list[float] = []
+        steps = epochs * -(-len(examples) // batch_size)
+        bar = tqdm(total=steps, desc="LoRA fine-tuning", unit="step", leave=False, disable=steps < 4)
+        self.model.train()
+        try:
+            for _ in range(epochs):
+                order = torch.randperm(len(examples), generator=generator).tolist()
+                for start in range(0, len(order), batch_size):
+                    batch = [examples[j] for j in order[start : start + batch_size]]
+                    optimizer.zero_grad(set_to_none=True)
+                    loss = self._accumulate_answer_loss(batch, cfg.lora_micro_batch)
+                    if not np.isfinite(loss):
+                        raise LLMError(f"non-finite fine-tuning loss {loss}", backend=self.name, kind="model")
+                    optimizer.step()
+                    losses.append(loss)
+                    bar.update()
+                    bar.set_postfix(loss=f"{loss:.3f}")
+                    self._stats["finetune_steps"] += 1
+                    self._stats["tokens_in"] += sum(len(p) + len(a) for p, a in batch)
+        finally:
+            bar.close()
+            self.model.eval()
+        return losses
 
     def _enable_checkpointing(self) -> None:
         """Activation checkpointing, non-reentrant (it works with frozen embeddings, no input grads needed); it

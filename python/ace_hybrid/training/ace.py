@@ -1,41 +1,25 @@
 """What the LLM does inside a training run (ACE): the policy actor, the value critic and co-evolution.
 
-The roles themselves live in :mod:`ace_hybrid.llm` and take only the values they need; this module wires them to a
-:class:`~ace_hybrid.training.run.Run`. The training loop (:mod:`ace_hybrid.training.loop`) calls these hooks:
+The roles themselves live in :mod:`ace_hybrid.llm` and take only the values they need; :class:`LLMInLoop` wires them
+to a :class:`~ace_hybrid.training.run.Run` through a few collaborators, one concern each:
+
+* :mod:`~ace_hybrid.training.llm_roles`: the actors and the critic built for the run, the critic's schedule and totals;
+* :mod:`~ace_hybrid.training.llm_budget`: the call budget (``ace.max_llm_calls``) the actor and the critic share;
+* :mod:`~ace_hybrid.training.llm_jobs`: the LLM's work as jobs for the LLM worker, the queue and its policy;
+* :mod:`~ace_hybrid.training.llm_coevolution`: co-evolution while a fine-tuning round is with the worker;
+* :mod:`~ace_hybrid.training.refinement_log`: ``refinements.jsonl``.
+
+The training loop (:mod:`ace_hybrid.training.loop`) calls these hooks, all in its own thread:
 
 * :meth:`LLMInLoop.wants_snapshot` at each decision: whether to keep ``env.copy()`` of the state before the RL action
   (only while the actor may refine -- it is on and, with the LLM ranker, its call budget is not spent -- and, with
   ``ace.queue_overflow = "skip"``, the queue has room);
 * :meth:`LLMInLoop.after_store` after each stored transition: a bad one (:func:`is_bad`) goes to the actor (or,
-  first, to co-evolution's probe set); an accepted proposal goes to the LLM partition, and co-evolution fine-tunes when
-  enough have been accepted;
+  first, to co-evolution's probe set); an accepted proposal goes to the validated partition, and co-evolution
+  fine-tunes when enough have been accepted;
 * :meth:`LLMInLoop.after_episode` after each training episode: the value critic, on its schedule;
 * :meth:`LLMInLoop.poll` at every environment step: commit the LLM work that has finished;
 * :meth:`LLMInLoop.drain` at the end of the run, before the final checkpoint: wait for the work still queued.
-
-The LLM works beside the loop (``ace.async_llm``, the default)
------------------------------------------------------------------
-An LLM call takes seconds on a CPU, an environment step milliseconds: the loop must not wait for it. Every refinement,
-critic round and fine-tuning round is a job for the LLM worker (:mod:`ace_hybrid.training.llm_worker`): one thread
-that owns the backend (so a LoRA adapter swap can never race with a scoring call), or ``llm.concurrency`` threads for
-an OpenAI-compatible server (each with its own actor; fine-tuning is impossible there). The loop keeps acting and
-updating (the worker thread runs at a lower priority, ``ace.worker_nice``, with its own torch threads,
-``ace.worker_torch_threads``, so the learner gets the CPU first); what a job produces is committed by the loop's
-thread at its next hook -- the refinement's line in ``refinements.jsonl``, the accepted transition into the LLM
-partition, the critic's reward adjustments (:meth:`MixedReplayBuffer.update_rewards`), the counters -- so a
-checkpoint (written by the same thread) is always consistent.
-
-Queue policy. At most ``ace.queue_size`` bad transitions wait for the worker, each with the environment copy it will
-be validated in (the worker owns the copy from then on and closes it). A bad transition that finds the queue full is
-dropped by ``ace.queue_overflow``: "skip" (default) drops the new one -- and while the queue is full the loop makes no
-environment copy at its decisions, the largest cost the LLM puts on the loop (``queue.decisions_not_copied``; a bad
-transition met that way is counted as submitted and dropped, as the full queue would have refused it) --,
-"drop_oldest" evicts the one that waited longest (fresher transitions, a copy at every decision); the count is
-``llm/queue_dropped`` in the metrics and ``queue.dropped`` in the summary, the waiting ones ``llm/queue_depth``. A
-bad transition whose turn comes after the budget ran out is not refined (``queue.budget_skipped``). Critic and
-fine-tuning rounds are never dropped: at most one of each is pending, and a critic round that comes due while one is
-pending is skipped (``queue.critic_rounds_skipped``; the next one sees the same trajectories). The budget is the same
-as in the loop: it is spent when a call is made, by whichever thread.
 
 Checkpoints while work is pending. A checkpoint holds exactly what has been committed: every accepted refinement
 that is in the saved replay is in the saved counters, the saved co-evolution records and ``refinements.jsonl`` (whose
@@ -45,47 +29,33 @@ checkpoint has lost it, and counts it (``queue.lost_on_resume``; the LLM calls i
 round in flight is saved as not begun (it runs again after a resume). At the end of a run the queue drains before
 the final checkpoint, so nothing is lost there.
 
-``ace.async_llm = false`` runs every job in the loop's thread when it is submitted: the loop waits for each call, and
-a run is deterministic.
-
-One budget (``ace.max_llm_calls``) caps the LLM calls of the actor and the critic: the critic has a reserved share
-(``ace.critic_share``), the actor the rest, paced over the run (``ace.pace_budget``). Co-evolution's probe calls are a
-measurement, counted apart (``probe_calls``) and never refused. Nothing here lets an LLM failure stop training:
-backends raise :class:`~ace_hybrid.llm.backend.LLMError` only, and each role counts and skips it; any other exception
-in a job is a bug and is raised in the loop.
+Nothing here lets an LLM failure stop training: backends raise :class:`~ace_hybrid.llm.backend.LLMError` only, and
+each role counts and skips it; any other exception in a job is a bug and is raised in the loop.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import sys
-import threading
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict
 from typing import Any
 
-import numpy as np
-
 from ace_hybrid.config import ACEConfig
-from ace_hybrid.grid.text import LineEndpoints
 from ace_hybrid.llm import make_backend
 from ace_hybrid.llm.actor import ActorStats, PolicyActor, Refinement
-from ace_hybrid.llm.coevolution import CoEvolution, ProbeProblem
-from ace_hybrid.llm.critic import CriticReport, ValueCritic
-from ace_hybrid.training.llm_worker import Done, InlineWorker, LLMWorker
+from ace_hybrid.llm.coevolution import ProbeProblem
+from ace_hybrid.llm.critic import CriticReport
+from ace_hybrid.training.llm_budget import CallBudget
+from ace_hybrid.training.llm_coevolution import CoEvolutionInLoop, coevolution_metrics
+from ace_hybrid.training.llm_jobs import (QUEUE_COUNTERS, CriticRound, Finetune, Refine, RefineItem, make_worker,
+                                          queue_counts)
+from ace_hybrid.training.llm_roles import CriticInLoop, add_stats, make_actors
+from ace_hybrid.training.refinement_log import REFINEMENTS_LOG, RefinementLog, refinement_line
 from ace_hybrid.training.run import Pending, Run
 
-__all__ = ["REFINEMENTS_LOG", "LLMInLoop", "attach_llm"]
-
-REFINEMENTS_LOG = "refinements.jsonl"
-"""One line per transition the LLM actor looked at (ACE runs)."""
+__all__ = ["REFINEMENTS_LOG", "LLMInLoop", "attach_llm", "is_bad"]
 
 log = logging.getLogger(__name__)
-
-_QUEUE_COUNTERS = ("submitted", "dropped", "budget_skipped", "critic_rounds_skipped", "lost_on_resume",
-                   "max_depth", "refined", "lag_steps", "decisions_not_copied")
 
 
 def is_bad(p: Pending, ace: ACEConfig) -> bool:
@@ -100,119 +70,6 @@ def attach_llm(run: Run) -> None:
         run.llm = LLMInLoop(run)
 
 
-@dataclass
-class _Item:
-    """A bad transition handed to the actor: what the worker needs, and what the loop logs and stores."""
-
-    snapshot: Any
-    """``env.copy()`` before the RL action; owned by the worker once submitted."""
-    obs: Any
-    """The decision's grid2op observation, bound to the snapshot's own simulator."""
-    action: int
-    q: np.ndarray
-    x: np.ndarray
-    """The stored (raw) features of the decision."""
-    episode: int
-    decision: int
-    reward: float
-    max_rho: float
-    blackout: bool
-    stored_at: int
-    """Environment steps when the transition was stored (the lag is measured from here)."""
-
-
-class _Refine:
-    """Job: the actor refines one bad transition (on the worker); the loop logs and stores the result."""
-
-    droppable = True
-
-    def __init__(self, llm: LLMInLoop, item: _Item) -> None:
-        self.llm, self.item = llm, item
-
-    def run(self, slot: int) -> tuple[Refinement, ActorStats] | None:
-        llm, item = self.llm, self.item
-        actor = llm.actors[slot]
-        if actor.ranker.uses_llm and not llm.budget_left():
-            return None  # spent while it waited
-        actor.stats = ActorStats()  # this refinement's counters, merged into the run's when it is committed
-        # One call of the budget per LLM round; a ranker without the LLM (e.g. "sim") is not budgeted: a refinement
-        # costs only its validation rollouts (about 0.2 s).
-        ref = actor.refine(item.snapshot, item.obs, item.action, q_values=item.q, may_call=llm.may_call)
-        return ref, actor.stats
-
-    def discard(self) -> None:
-        if self.item.snapshot is not None:
-            self.item.snapshot.close()
-            self.item.snapshot = None
-
-    def commit(self, run: Run, done: Done) -> dict[str, float] | None:
-        return self.llm._commit_refinement(run, self.item, done.value, done.seconds)
-
-
-class _CriticRound:
-    """Job: one value-critic round on the worker; its reward writes are applied by the loop when committed."""
-
-    droppable = False
-
-    def __init__(self, llm: LLMInLoop, replay: Any) -> None:
-        self.llm, self.view = llm, _DeferredRewards(replay)
-
-    def run(self, slot: int) -> tuple[CriticReport, dict[str, Any]]:
-        critic = self.llm.critic
-        report = critic.run(self.view, may_call=self.llm.may_call_critic)
-        return report, critic.state_dict()
-
-    def discard(self) -> None:
-        pass
-
-    def commit(self, run: Run, done: Done) -> dict[str, float]:
-        return self.llm._commit_critic(run, done.value, self.view, done.seconds)
-
-
-class _Finetune:
-    """Job: one co-evolution round (probe, LoRA fine-tuning, probe) on the worker that owns the backend."""
-
-    droppable = False
-
-    def __init__(self, llm: LLMInLoop, replay: Any, env_steps: int) -> None:
-        self.llm, self.replay, self.env_steps = llm, replay, env_steps
-
-    def run(self, slot: int) -> dict[str, Any]:
-        llm = self.llm
-        return llm.coevo.finetune(self.replay, llm.actors[slot], llm.count_probe_call, self.env_steps, llm.lora)
-
-    def discard(self) -> None:
-        pass
-
-    def commit(self, run: Run, done: Done) -> dict[str, float] | None:
-        return self.llm._commit_finetune(run, done.value)
-
-
-class _DeferredRewards:
-    """The replay as a critic round on the worker sees it: reads go to the buffer (it is thread-safe), reward writes
-    are kept for the loop to apply when it commits the round, so a checkpoint holds a round wholly or not at all."""
-
-    def __init__(self, replay: Any) -> None:
-        self.replay = replay
-        self.writes: list[tuple[int, float, float]] = []
-        """(handle, new reward, adjustment a) in the order the critic made them."""
-        self._original: dict[int, float] = {}
-
-    def rl_columns(self) -> dict[str, np.ndarray]:
-        columns = self.replay.rl_columns()
-        self._original = dict(zip(columns["index"].tolist(), columns["original_reward"].tolist()))
-        return columns
-
-    def get(self, index: np.ndarray) -> Any:
-        return self.replay.get(index)
-
-    def update_rewards(self, index: np.ndarray, reward: np.ndarray) -> int:
-        handles, values = np.asarray(index, dtype=np.int64).tolist(), np.asarray(reward, dtype=np.float64).tolist()
-        for h, r in zip(handles, values):
-            self.writes.append((h, r, r - self._original[h]))
-        return len(handles)
-
-
 class LLMInLoop:
     """The LLM side of a run (built only when ``llm.backend`` is not "none"); see the module docstring."""
 
@@ -222,106 +79,64 @@ class LLMInLoop:
         self.backend = make_backend(cfg.llm)
         self.load_seconds = time.perf_counter() - started
         self.ace = ace
-        self.dir = run.dir
-        # Read at call time: restore() replaces run.counters, and --resume may change the budget.
-        self._progress = lambda: (run.counters.env_steps, run.cfg.train.total_env_steps)
-        self._budget = threading.Lock()  # the worker spends calls while the loop reads the budget
-        self.calls = 0
-        self.role_calls = {"actor": 0, "critic": 0}
-        self.probe_calls = 0
         self.seconds = 0.0
+        """Wall-clock seconds of the jobs committed."""
         threads = cfg.llm.concurrency if ace.async_llm else 1
-        self.actors: list[PolicyActor] = []
+        self.actors: list[PolicyActor] = make_actors(run, self.backend, threads) if ace.actor else []
         """One actor per worker thread (they share the backend); ``actor`` is the first."""
-        if ace.actor:
-            self.actors = [PolicyActor(
-                self.backend, run.actions, LineEndpoints.from_env(run.env), reward_fn=run.step_reward,
-                threshold=cfg.env.threshold, candidates=ace.candidates, max_rounds=ace.max_rounds,
-                validation_steps=ace.validation_steps, min_improvement=ace.min_improvement,
-                min_rho_drop=ace.min_rho_drop, ranker=ace.ranker, lac_alpha=ace.lac_alpha,
-                show_effects=ace.show_effects, seed=cfg.train.seed + k) for k in range(threads)]
         self.actor = self.actors[0] if self.actors else None
         self.stats = ActorStats()
         """The actor's counters over the run, as committed (what checkpoints save)."""
-        self.critic = None
-        if ace.critic:
-            n_line = int(run.env.n_line)
-            self.critic = ValueCritic(self.backend, ace, describe_action=run.actions.describe,
-                                      max_rho=lambda raw: np.asarray(raw)[:, :n_line].max(axis=1))
-        self._critic_state = self.critic.state_dict() if self.critic is not None else None
-        self.critic_totals = {"rounds": 0, "trajectories": 0, "calls": 0, "malformed": 0, "errors": 0,
-                              "adjusted_steps": 0, "total_abs_adjustment": 0.0}
+        self.critic = CriticInLoop(run, self.backend)
+        # Read at call time: restore() replaces run.counters, and --resume may change the budget.
+        self.budget = CallBudget(ace, lambda: (run.counters.env_steps, run.cfg.train.total_env_steps),
+                                 critic_on=self.critic.core is not None)
         self.coevo = None
         if ace.coevolve and self.actor is not None:
-            self.coevo = CoEvolution(self.backend, every=ace.finetune_every, n_pairs=ace.finetune_pairs,
-                                     adapter_dir=run.dir / "adapters", probe_size=ace.probe_size,
-                                     orders=ace.sft_orders, seed=cfg.train.seed)
-        if self.coevo is not None and self.coevo.disabled:
-            log.warning("co-evolution is off for this run: %s", self.coevo.disabled)
-        if threads > 1 and self.coevo is not None and self.coevo.disabled is None:
-            raise ValueError(f"llm.concurrency = {threads} needs a backend that cannot fine-tune: co-evolution's "
-                             "adapter swaps must not race with calls in flight (set ace.coevolve = false)")
+            self.coevo = CoEvolutionInLoop(self.backend, ace, run.dir / "adapters", cfg.train.seed)
+            if self.coevo.disabled:
+                log.warning("co-evolution is off for this run: %s", self.coevo.disabled)
+            elif threads > 1:
+                raise ValueError(f"llm.concurrency = {threads} needs a backend that cannot fine-tune: co-evolution's "
+                                 "adapter swaps must not race with calls in flight (set ace.coevolve = false)")
         self.lora = {"rank": cfg.llm.lora_rank, "alpha": cfg.llm.lora_alpha, "lr": cfg.llm.lora_lr,
                      "epochs": cfg.llm.lora_epochs, "batch_size": cfg.llm.lora_batch_size}
-        # Co-evolution is the loop's, except during a fine-tuning round, when the worker has it: meanwhile new
-        # records and probes wait here, and checkpoints save the state from before the round.
-        self._coevo_before: dict[str, Any] | None = None
-        self._held_records: list[tuple[Refinement, int]] = []
-        self._held_probes: list[ProbeProblem] = []
-        self._critic_pending = False
-        self.queue = dict.fromkeys(_QUEUE_COUNTERS, 0)
+        self.refinements = RefinementLog(run.dir)
+        self.queue = dict.fromkeys(QUEUE_COUNTERS, 0)
         """Counters of the queue over the run (saved with checkpoints; see :meth:`queue_summary`)."""
         self._not_copied = False
         """:meth:`wants_snapshot` declined the current decision's copy because the queue was full."""
         self.drain_seconds = 0.0
-        self.log_lines = 0
-        """Lines this run has committed to ``refinements.jsonl``."""
-        if ace.async_llm:
-            torch_threads, nice = ace.worker_torch_threads, ace.worker_nice
-            self.worker: LLMWorker | InlineWorker = LLMWorker(
-                ace.queue_size, ace.queue_overflow, threads=threads,
-                init=lambda slot: _worker_thread_settings(torch_threads, nice))
-        else:
-            self.worker = InlineWorker()
+        self.worker = make_worker(ace, threads)
 
-    # ------------------------------------------------------------------ budget (any thread)
+    # ------------------------------------------------------------------ budget (any thread; see llm_budget)
 
-    def _limit(self, role: str) -> int:
-        """Calls ``role`` ("actor" or "critic") may have made by now: the critic's share of the budget is reserved
-        for it (``ace.critic_share``) and unpaced (it runs on a schedule); the actor's paced rest."""
-        total = self.ace.max_llm_calls
-        critic = int(total * self.ace.critic_share) if self.critic is not None else 0
-        if role == "critic":
-            return critic
-        limit = total - critic
-        if self.ace.pace_budget:
-            t, steps = self._progress()
-            limit = limit * (steps + 9 * min(t, steps)) // (10 * steps)  # limit * (0.1 + 0.9 t / T), in integers
-        return limit
+    @property
+    def calls(self) -> int:
+        return self.budget.calls
+
+    @property
+    def role_calls(self) -> dict[str, int]:
+        return self.budget.role_calls
+
+    @property
+    def probe_calls(self) -> int:
+        return self.budget.probe_calls
 
     def budget_left(self, role: str = "actor") -> bool:
-        """Whether ``role`` may make a call now (see ``ace.max_llm_calls``, ``ace.critic_share``, ``ace.pace_budget``)."""
-        with self._budget:
-            return self.ace.max_llm_calls == 0 or self.role_calls[role] < self._limit(role)
+        """Whether ``role`` may make a call now (:meth:`CallBudget.budget_left`)."""
+        return self.budget.budget_left(role)
 
     def may_call(self, role: str = "actor") -> bool:
         """Take one call from ``role``'s budget; False when it is spent."""
-        with self._budget:
-            if self.ace.max_llm_calls and self.role_calls[role] >= self._limit(role):
-                return False
-            self.role_calls[role] += 1
-            self.calls += 1
-            return True
+        return self.budget.may_call(role)
 
     def may_call_critic(self) -> bool:
-        return self.may_call("critic")
+        return self.budget.may_call_critic()
 
     def count_probe_call(self) -> bool:
-        """Probe calls measure the LLM (2 x probe_size per fine-tuning round): counted apart and never refused, so
-        this only counts and always allows (True)."""
-        with self._budget:
-            self.probe_calls += 1
-        return True
+        """Count one of co-evolution's probe calls (never refused: True)."""
+        return self.budget.count_probe_call()
 
     # ------------------------------------------------------------------ hooks (the loop's thread)
 
@@ -346,7 +161,7 @@ class LLMInLoop:
 
     def _wants_probe(self) -> bool:
         """Co-evolution's probe set is not full yet: the next bad transition goes there, not to the queue."""
-        return self.coevo is not None and len(self.coevo.probes) + len(self._held_probes) < self.coevo.probe_size
+        return self.coevo is not None and self.coevo.wants_probe()
 
     def after_store(self, run: Run, p: Pending) -> dict[str, float] | None:
         """Hand a bad transition to the probe set or the actor; commit what has finished. Returns metrics to log when
@@ -369,32 +184,22 @@ class LLMInLoop:
         q = run.sac.q_values(x, run.actions.legal_mask(p.grid_obs))
         obs = p.grid_obs.copy(env=snapshot)  # obs.simulate then uses the snapshot's simulator, never the loop's
         if self._wants_probe():
-            probe = ProbeProblem(snapshot, obs, p.action, q)
-            if self._coevo_before is None:
-                self.coevo.add_probe(probe)
-            else:
-                self._held_probes.append(probe)
+            self.coevo.add_probe(ProbeProblem(snapshot, obs, p.action, q))
             return
-        item = _Item(snapshot, obs, p.action, q, p.obs, p.episode, p.decision, p.reward, p.max_rho, p.blackout,
-                     run.counters.env_steps)
+        item = RefineItem(snapshot, obs, p.action, q, p.obs, p.episode, p.decision, p.reward, p.max_rho, p.blackout,
+                          run.counters.env_steps)
         self.queue["submitted"] += 1
-        self.worker.submit(_Refine(self, item))  # dropped or not, the item is the worker's now
-
-    def _queue_counts(self) -> dict[str, int]:
-        """The queue's counters over the run (earlier processes of a resumed run included)."""
-        return {**self.queue, "dropped": self.queue["dropped"] + self.worker.stats.dropped,
-                "max_depth": max(self.queue["max_depth"], self.worker.stats.max_depth)}
+        self.worker.submit(Refine(item, self.actors, self.budget, self._commit_refinement))  # the worker's now
 
     def after_episode(self, run: Run) -> dict[str, float] | None:
         """The value critic's round, when it is on and due; and commit what has finished."""
         c = run.counters
-        if not (self.critic is None or c.env_steps < self.ace.critic_start or c.episodes % self.ace.critic_every
-                or not self.budget_left("critic")):
-            if self._critic_pending:
+        if self.critic.due(c.env_steps, c.episodes, self.budget_left):
+            if self.critic.pending:
                 self.queue["critic_rounds_skipped"] += 1
             else:
-                self._critic_pending = True
-                self.worker.submit(_CriticRound(self, run.replay))
+                self.critic.pending = True
+                self.worker.submit(CriticRound(self.critic.core, run.replay, self.budget, self._commit_critic))
         return self.poll(run)
 
     def poll(self, run: Run) -> dict[str, float] | None:
@@ -429,98 +234,63 @@ class LLMInLoop:
         snapshots (grid2op environments) and the backend's threads."""
         self.worker.close()
         if self.coevo is not None:
-            for p in [*self.coevo.probes, *self._held_probes]:
-                p.snapshot.close()
-            self.coevo.probes.clear()
-            self._held_probes.clear()
+            self.coevo.close()
         close = getattr(self.backend, "close", None)
         if close is not None:
             close()
 
     # ------------------------------------------------------------------ commits (the loop's thread)
 
-    def _commit_refinement(self, run: Run, item: _Item, value: tuple[Refinement, ActorStats] | None,
+    def _commit_refinement(self, run: Run, item: RefineItem, value: tuple[Refinement, ActorStats] | None,
                            seconds: float) -> dict[str, float] | None:
         self.seconds += seconds
         if value is None:
             self.queue["budget_skipped"] += 1
             return None
         ref, stats = value
-        _add_stats(self.stats, stats)
+        add_stats(self.stats, stats)
         self.queue["refined"] += 1
         self.queue["lag_steps"] += run.counters.env_steps - item.stored_at
-        self._log_refinement(run, item, ref)
+        self.refinements.write(refinement_line(run.counters.env_steps, item, ref, self.ace.ranker,
+                                               run.actions.describe))
         if ref.accepted:
             r = ref.rollout
-            handle = run.replay.add_llm(item.x, ref.action, r.reward, run.features(r.obs), r.blackout, r.ended,
+            handle = run.replay.add_validated(item.x, ref.action, r.reward, run.features(r.obs), r.blackout, r.ended,
                                         item.episode, item.decision, ref.improvement, True)
             if self.coevo is not None:
-                if self._coevo_before is None:
-                    self.coevo.record(ref, handle)
-                else:
-                    self._held_records.append((ref, handle))
+                self.coevo.record(ref, handle)
                 self._maybe_finetune(run)
         return self.metrics()
 
     def _maybe_finetune(self, run: Run) -> None:
-        if self._coevo_before is None and self.coevo.due():
-            c = self.coevo
-            self._coevo_before = {"records": list(c.records), "since_last": c.since_last,
-                                  "history": list(c.history), "adapter": c.adapter}
-            self.worker.submit(_Finetune(self, run.replay, run.counters.env_steps))
+        if self.coevo.begin_round():
+            self.worker.submit(Finetune(self.coevo, self.actors, self.budget, run.replay, run.counters.env_steps,
+                                        self.lora, self._commit_finetune))
 
     def _commit_finetune(self, run: Run, entry: dict[str, Any]) -> dict[str, float] | None:
-        self._coevo_before = None
-        run.logger.write(run.counters.env_steps, _coevo_metrics(entry))
-        held_probes, self._held_probes = self._held_probes, []
-        for probe in held_probes:
-            self.coevo.add_probe(probe)
-        held, self._held_records = self._held_records, []
-        for ref, handle in held:
-            self.coevo.record(ref, handle)
+        run.logger.write(run.counters.env_steps, coevolution_metrics(entry))
+        self.coevo.end_round()
         self._maybe_finetune(run)
         return None
 
-    def _commit_critic(self, run: Run, value: tuple[CriticReport, dict[str, Any]], view: _DeferredRewards,
-                       seconds: float) -> dict[str, float]:
+    def _commit_critic(self, run: Run, value: tuple[CriticReport, dict[str, Any]],
+                       writes: list[tuple[int, float, float]], seconds: float) -> dict[str, float]:
         report, state = value
-        self._critic_pending = False
         self.seconds += seconds
-        adjusted, total_abs = 0, 0.0
-        for handle, reward, a in view.writes:  # one at a time, so that a stale handle is known exactly
-            if run.replay.update_rewards(np.array([handle], dtype=np.int64), np.array([reward])):
-                adjusted += 1
-                total_abs += abs(a)
-        self._critic_state = state
-        t = self.critic_totals
-        t["rounds"] += 1
-        for key in ("trajectories", "calls", "malformed", "errors"):
-            t[key] += getattr(report, key)
-        t["adjusted_steps"] += adjusted
-        t["total_abs_adjustment"] += total_abs
-        return {**self.metrics(), **{f"critic/{k}": float(v) for k, v in t.items()}}
-
-    def _log_refinement(self, run: Run, item: _Item, ref: Refinement) -> None:
-        describe = run.actions.describe
-        line = {"env_steps": run.counters.env_steps, "episode": item.episode, "decision": item.decision,
-                "reward": item.reward, "max_rho": item.max_rho, "blackout": item.blackout, "ranker": self.ace.ranker,
-                "rl_action": describe(item.action), "rounds": ref.rounds, "calls": ref.calls, "positions": ref.positions,
-                "accepted": ref.accepted, "error": ref.error,
-                "baseline_reward": ref.baseline.reward if ref.baseline is not None else None}
-        if ref.accepted:
-            line.update(action=describe(ref.action), r_hat=ref.rollout.reward, improvement=ref.improvement)
-        with (run.dir / REFINEMENTS_LOG).open("a") as f:
-            f.write(json.dumps(line) + "\n")
-        self.log_lines += 1
+        totals = self.critic.commit(run.replay, report, state, writes)
+        return {**self.metrics(), **totals}
 
     # ------------------------------------------------------------------ reporting and checkpoints
+
+    def _queue_counts(self) -> dict[str, int]:
+        return queue_counts(self.queue, self.worker)
 
     def metrics(self) -> dict[str, float]:
         s, q = self.stats, self._queue_counts()
         return {"llm/calls": self.calls, "llm/probe_calls": self.probe_calls, "llm/bad_transitions": s.bad_transitions,
                 "llm/accepted": s.accepted, "llm/rounds": s.rounds, "llm/acceptance_rate": s.acceptance_rate,
                 "llm/first_choice_accepted": s.first_choice_accepted,
-                "llm/errors": s.errors + self.critic_totals["errors"], "llm/seconds": self.seconds,
+                "llm/errors": s.errors + self.critic.totals["errors"], "llm/seconds": self.seconds,
                 "llm/queue_depth": self.worker.depth, "llm/queue_dropped": q["dropped"],
                 "llm/lag_steps": q["lag_steps"] / max(1, q["refined"])}
 
@@ -535,15 +305,15 @@ class LLMInLoop:
                 "mean_lag_steps": q["lag_steps"] / max(1, q["refined"]), "drain_seconds": self.drain_seconds}
 
     def summary(self) -> dict[str, Any]:
-        s = self.stats
+        s, critic = self.stats, self.critic.totals
         history = self.coevo.history if self.coevo is not None else []
-        return {"calls": self.calls, "actor_calls": s.calls, "critic_calls": self.critic_totals["calls"],
+        return {"calls": self.calls, "actor_calls": s.calls, "critic_calls": critic["calls"],
                 "probe_calls": self.probe_calls,
                 "bad_transitions": s.bad_transitions, "accepted": s.accepted, "rounds": s.rounds,
                 "first_choice_accepted": s.first_choice_accepted, "acceptance_rate": s.acceptance_rate,
-                "errors": s.errors + self.critic_totals["errors"], "error_kinds": dict(s.error_kinds),
+                "errors": s.errors + critic["errors"], "error_kinds": dict(s.error_kinds),
                 "finetunes": len(history), "coevolution": list(history),
-                "coevolution_off": self._coevolution_off(), "critic": dict(self.critic_totals),
+                "coevolution_off": self._coevolution_off(), "critic": dict(critic),
                 "seconds": self.seconds, "llm_seconds": s.llm_seconds, "validate_seconds": s.validate_seconds,
                 "load_seconds": self.load_seconds, "backend": getattr(self.backend, "stats", {}),
                 "queue": self.queue_summary()}
@@ -557,92 +327,25 @@ class LLMInLoop:
     def state_dict(self) -> dict[str, Any]:
         """What has been committed (see "Checkpoints while work is pending" in the module docstring); the work
         pending now is counted in ``queue["pending"]``, and a run resumed from this state counts it as lost."""
-        with self._budget:
-            calls, role_calls, probe_calls = self.calls, dict(self.role_calls), self.probe_calls
-        return {"calls": calls, "role_calls": role_calls, "probe_calls": probe_calls,
+        return {**self.budget.state_dict(),
                 "seconds": self.seconds,
                 "actor": asdict(self.stats) if self.actor is not None else None,
-                "critic": self._critic_state,
-                "critic_totals": dict(self.critic_totals),
-                "coevo": self._coevo_state(),
-                "queue": {**self._queue_counts(), "pending": self.worker.pending}, "log_lines": self.log_lines}
-
-    def _coevo_state(self) -> dict[str, Any] | None:
-        if self.coevo is None:
-            return None
-        if self._coevo_before is None:
-            return self.coevo.state_dict()
-        # A fine-tuning round is in flight on the worker: the state from before it, plus what waits for it.
-        state = dict(self._coevo_before)
-        held = [CoEvolution.as_record(ref, handle) for ref, handle in self._held_records]
-        state["records"] = [*state["records"], *held]
-        state["since_last"] += len(held)
-        return state
+                "critic": self.critic.state,
+                "critic_totals": dict(self.critic.totals),
+                "coevo": self.coevo.state_dict() if self.coevo is not None else None,
+                "queue": {**self._queue_counts(), "pending": self.worker.pending}, "log_lines": self.refinements.lines}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.calls, self.seconds = int(state["calls"]), float(state["seconds"])
-        self.role_calls.update(state["role_calls"])
-        self.probe_calls = int(state["probe_calls"])
+        self.budget.load_state_dict(state)
+        self.seconds = float(state["seconds"])
         if self.actor is not None and state["actor"] is not None:
             self.stats = ActorStats(**state["actor"])
-        if self.critic is not None and state["critic"] is not None:
-            self.critic.load_state_dict(state["critic"])
-            self._critic_state = self.critic.state_dict()
-        self.critic_totals.update(state["critic_totals"])
+        self.critic.load_state_dict(state["critic"], state["critic_totals"])
         if self.coevo is not None and state["coevo"] is not None:
             self.coevo.load_state_dict(state["coevo"])
         queue = state.get("queue")  # older checkpoints have no queue
         if queue is not None:
-            self.queue.update({k: queue[k] for k in _QUEUE_COUNTERS if k in queue})
+            self.queue.update({k: queue[k] for k in QUEUE_COUNTERS if k in queue})
             self.queue["lost_on_resume"] += int(queue.get("pending", 0))
         if state.get("log_lines") is not None:
-            self.log_lines = int(state["log_lines"])
-            _keep_lines(self.dir / REFINEMENTS_LOG, self.log_lines)
-
-
-def _add_stats(total: ActorStats, delta: ActorStats) -> None:
-    """``total += delta``, field by field (``error_kinds`` by kind)."""
-    for f in fields(ActorStats):
-        if f.name == "error_kinds":
-            for kind, n in delta.error_kinds.items():
-                total.error_kinds[kind] = total.error_kinds.get(kind, 0) + n
-        else:
-            setattr(total, f.name, getattr(total, f.name) + getattr(delta, f.name))
-
-
-def _keep_lines(path: Any, n: int) -> None:
-    """Keep the first ``n`` lines of a log (the ones a checkpoint counted); the rest were written after it."""
-    if not path.exists():
-        return
-    lines = path.read_text().splitlines(keepends=True)
-    if len(lines) > n:
-        path.write_text("".join(lines[:n]))
-
-
-def _worker_thread_settings(torch_threads: int, nice: int) -> None:
-    """Run in each worker thread: its own torch threads (thread-local with OpenMP builds: the loop's are not changed)
-    and, on Linux, its own lower scheduling priority (nice is per thread there; elsewhere it would renice the whole
-    process, so it is left alone)."""
-    if torch_threads:
-        import torch
-
-        torch.set_num_threads(torch_threads)
-    if nice and sys.platform.startswith("linux"):
-        tid = threading.get_native_id()
-        try:
-            os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
-        except OSError as exc:
-            log.warning("could not lower the LLM worker thread's priority (ace.worker_nice = %d): %s", nice, exc)
-
-
-def _coevo_metrics(entry: dict[str, Any]) -> dict[str, float]:
-    out = {"coevo/round": float(entry["round"]), "coevo/pairs": float(entry["pairs"]),
-           "coevo/seconds": float(entry["seconds"])}
-    for key in ("loss_first", "loss_last"):
-        if key in entry:
-            out[f"coevo/{key}"] = float(entry[key])
-    for when in ("probe_before", "probe_after"):
-        if when in entry:
-            out[f"coevo/{when}_acceptance"] = float(entry[when]["acceptance"])
-            out[f"coevo/{when}_top_position_share"] = float(entry[when]["top_position_share"])
-    return out
+            self.refinements.keep(int(state["log_lines"]))

@@ -68,7 +68,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ace_hybrid.config import Config
-from ace_hybrid.processes import exit_with_parent
+from ace_hybrid.processes import start_child
 from ace_hybrid.training.rollout import (
     Budget,
     Dealer,
@@ -214,7 +214,7 @@ def _local_worker_main(worker_cls: type, index: int, config: Config, dealer: Dea
 
     An exception goes to the learner as text (it may not pickle), then the process waits to be stopped, like one
     whose budget is spent: so a worker that exits unasked is a dead one."""
-    exit_with_parent(parent)
+    start_child(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})

@@ -15,7 +15,7 @@ still decides, stores and updates step by step, as a classic loop does.
 
 With ``llm.backend`` other than "none" the run is ACE (:mod:`ace_hybrid.training.ace`): each decision keeps a
 snapshot of the environment, a completed bad transition goes to the LLM policy actor (its validated proposals fill
-the replay's LLM partition), the LLM value critic reshapes stored trajectories after episodes, and co-evolution
+the replay's validated partition), the LLM value critic reshapes stored trajectories after episodes, and co-evolution
 fine-tunes the LLM's LoRA adapter (saved under ``adapters/``, named in the checkpoint). The LLM works on a worker
 thread behind a bounded queue (``ace.async_llm``): the loop hands work over and commits results at its hooks, never
 waiting, except at the end, when the queue drains before the last checkpoint.
@@ -323,7 +323,7 @@ def store(run: Run, p: Pending) -> None:
     actor's look at it (ACE runs). A tutor's decision goes to the validated partition instead (I_v = 1, improvement
     0: all tutor decisions weigh alike in Eq. 8; refinements that beat the policy by more weigh more)."""
     if p.tutor:
-        run.replay.add_llm(p.obs, p.action, p.reward, p.next_obs, p.done, p.truncated, p.episode, p.decision, 0.0,
+        run.replay.add_validated(p.obs, p.action, p.reward, p.next_obs, p.done, p.truncated, p.episode, p.decision, 0.0,
                            True)
         return
     run.replay.add_rl(p.obs, p.action, p.reward, p.next_obs, p.done, p.truncated, p.episode, p.decision)
@@ -386,7 +386,7 @@ def update_batch(run: Run, drawn: ReplayBatch) -> UpdateBatch:
     the tutor's decisions and accepted LLM refinements, which pull the policy towards their actions."""
     imitation = None
     if run.cfg.train.imitation_weight > 0:
-        imitation = run.cfg.train.imitation_weight * (drawn.from_llm & drawn.valid).astype(np.float32)
+        imitation = run.cfg.train.imitation_weight * (drawn.from_validated & drawn.valid).astype(np.float32)
     return UpdateBatch(obs=run.normalizer(drawn.obs), action=drawn.action, reward=drawn.reward,
                        next_obs=run.normalizer(drawn.next_obs), done=drawn.done, weight=drawn.weight,
                        legal_mask=run.masks(drawn.obs), next_legal_mask=run.masks(drawn.next_obs), imitation=imitation)

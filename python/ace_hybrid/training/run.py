@@ -141,7 +141,7 @@ class Run:
         self.features, self.normalizer, self.sac = acting.features, acting.normalizer, acting.sac
         self.masks = MaskFromFeatures(self.features, self.actions)
         r = cfg.replay
-        self.replay = MixedReplayBuffer(self.features.dim, r.rl_capacity, r.llm_capacity, alpha=r.alpha,
+        self.replay = MixedReplayBuffer(self.features.dim, r.rl_capacity, r.validated_capacity, alpha=r.alpha,
                                         beta=r.beta, tau=r.tau, seed=cfg.train.seed)
         self.counters = Counters(next_eval=cfg.train.eval_every or cfg.train.total_env_steps,
                                  next_checkpoint=cfg.train.checkpoint_every)

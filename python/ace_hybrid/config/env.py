@@ -1,0 +1,85 @@
+"""Sections ``[env]`` and ``[reward]``: the Grid2Op environment, its episodes, and the reward of one decision."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ace_hybrid.config.checks import check
+
+__all__ = ["EnvConfig", "RewardConfig", "parse_action_set"]
+
+
+def parse_action_set(spec: str) -> int | None:
+    """``env.action_set``: "full" -> None, "tutor:N" -> N (ValueError naming the value otherwise)."""
+    if spec == "full":
+        return None
+    kind, _, n = spec.partition(":")
+    if kind == "tutor" and n.isdigit() and 1 <= int(n) <= 100_000:
+        return int(n)
+    raise ValueError(f"env.action_set = {spec!r} is invalid: 'full' or 'tutor:N' with N in [1, 100000]")
+
+
+@dataclass
+class EnvConfig:
+    """The Grid2Op environment and the episodes used for training and evaluation."""
+
+    name: str = "l2rpn_neurips_2020_track1"
+    """Grid2Op environment (see ``ace_hybrid.grid.env.SUPPORTED_ENVS``)."""
+    env_seed: int = 0
+    """Seed of the environment's own generators."""
+    threshold: float = 0.9
+    """Danger threshold on max rho: the agent decides only at or above it (the safe rule acts below)."""
+    train_scenarios: list[int] = field(default_factory=lambda: [0, 1])
+    """Scenario ids training episodes cycle through."""
+    train_seed_start: int = 1000
+    """Training episode k uses seed train_seed_start + k (disjoint from the evaluation seeds)."""
+    eval_pairs: list[list[int]] = field(default_factory=lambda: [[0, 0], [1, 1], [0, 2], [1, 3]])
+    """Held-out (scenario, seed) pairs for evaluation. The offline copies hold 1-3 scenarios, so held-out means
+    unseen seeds (opponent attacks and maintenance differ)."""
+    max_episode_steps: int = 0
+    """Cut training episodes after this many environment steps (0: the scenario's full length)."""
+    eval_max_steps: int = 0
+    """Cut evaluation episodes after this many steps (0: full length)."""
+    deploy_topk: int = 8
+    """At evaluation, the policy's k most likely legal actions and do nothing are checked with one obs.simulate
+    each and the safest is played (0: play the policy's most likely action unchecked)."""
+    action_set: str = "full"
+    """The actions the policy chooses among: "full" (the whole catalog, ACE's setting) or "tutor:N" (do nothing, the
+    line reconnections and the N actions a simulating tutor found best most often in danger states of the training
+    scenarios; see ace_hybrid.grid.action_set)."""
+    action_set_states: int = 400
+    """Danger states of the training scenarios the tutor examines to select a "tutor:N" action set."""
+
+    def validate(self) -> None:
+        check(0.0 <= self.threshold <= 5.0, "env.threshold", self.threshold, "must be in [0, 5]")
+        check(len(self.train_scenarios) > 0, "env.train_scenarios", self.train_scenarios, "must not be empty")
+        check(all(len(p) == 2 for p in self.eval_pairs) and len(self.eval_pairs) > 0, "env.eval_pairs",
+               self.eval_pairs, "must be a non-empty list of [scenario, seed]")
+        check(self.max_episode_steps >= 0, "env.max_episode_steps", self.max_episode_steps, "must be >= 0")
+        check(self.eval_max_steps >= 0, "env.eval_max_steps", self.eval_max_steps, "must be >= 0")
+        check(self.deploy_topk >= 0, "env.deploy_topk", self.deploy_topk, "must be >= 0")
+        parse_action_set(self.action_set)
+        check(1 <= self.action_set_states <= 1_000_000, "env.action_set_states", self.action_set_states,
+               "must be in [1, 1000000]")
+
+
+@dataclass
+class RewardConfig:
+    """The reward of one decision (a semi-MDP transition spanning k environment steps).
+
+    R = sum over the k steps of ``step_scale * (1 + margin_weight * clip(1 - max_rho, -1, 1))``, minus
+    ``blackout_penalty`` if the grid collapses. Surviving is worth about ``step_scale`` a step, a comfortable margin a
+    little more; a blackout makes R negative, so ``r_bar = 0`` marks the transitions that lost the grid.
+    """
+
+    step_scale: float = 0.01
+    """Reward per environment step survived."""
+    margin_weight: float = 0.5
+    """Weight of the loading margin (1 - max rho) in the per-step reward."""
+    blackout_penalty: float = 1.0
+    """Subtracted from the reward of the transition that ends in a blackout."""
+
+    def validate(self) -> None:
+        check(self.step_scale > 0, "reward.step_scale", self.step_scale, "must be > 0")
+        check(0 <= self.margin_weight <= 1, "reward.margin_weight", self.margin_weight, "must be in [0, 1]")
+        check(self.blackout_penalty >= 0, "reward.blackout_penalty", self.blackout_penalty, "must be >= 0")
