@@ -2,7 +2,7 @@
 that read nothing but the candidates' positions.
 
 Run:  PYTHONPATH=python python benchmarks/bench_actor.py [--rankers llm,sim,random] [--backend smollm2]
-          [--orders 4] [--rounds 5] [--no-effects] [--problems benchmarks/data/actor_problems.json]
+          [--orders 4] [--rounds 5] [--no-effects] [--adapter DIR] [--problems benchmarks/data/actor_problems.json]
           [--output benchmarks/RESULTS.md]
 
 The problem set (:mod:`actor_problems`) is built once (``--build``, or when the file is missing) and reused; every
@@ -153,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--orders", type=int, default=4, help="shuffled orders per problem for the first choice")
     p.add_argument("--rounds", type=int, default=5, help="rounds of the live refinement (0: skip it)")
     p.add_argument("--no-effects", action="store_true", help="prompts without the simulated effects")
+    p.add_argument("--adapter", type=Path, help="a LoRA adapter folder to load into the LLM first (e.g. one "
+                   "bench_coevolution.py trained: runs/coevolution/<curve>/adapter-<n>)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--output", type=Path, help="markdown file whose 'actor' section to write between markers")
     args = p.parse_args(argv)
@@ -161,6 +163,9 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--rankers {args.rankers!r}: choose among {', '.join(RANKERS)} (q needs a trained critic: not here)")
     if args.per_env < 1 or args.rounds < 0 or args.limit < 0 or args.orders < 1:
         p.error("--per-env and --orders must be >= 1, --rounds and --limit >= 0")
+    if args.adapter is not None and not (set(rankers) & set(LLM) and (args.adapter / "adapter_config.json").is_file()):
+        p.error(f"--adapter {args.adapter}: needs an LLM ranker ({', '.join(LLM)}) and a folder holding "
+                "adapter_config.json")
     import torch
 
     from ace_hybrid.llm.rankers import Ranker
@@ -172,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
         problems = problems[: args.limit]
     show = not args.no_effects
     backend = make_llm(args.backend) if any(r in LLM for r in rankers) else None
+    if args.adapter is not None:
+        backend.load_adapter(args.adapter)
     firsts = {r: ap.first_choices(Ranker(r, backend if r in LLM else None, seed=args.seed), problems,
                                   args.orders, show_effects=show, seed=args.seed, desc=f"first choice ({r})")
               for r in rankers}
@@ -183,7 +190,9 @@ def main(argv: list[str] | None = None) -> int:
              f"Command: `{cmd.strip()}` (torch threads 1)", "",
              f"{len(problems)} bad transitions ({per_env}), {ap.CANDIDATES} candidates each, prompts "
              f"{'with' if show else 'without'} the simulated effects; LLM: "
-             f"{args.backend if backend is not None else 'none'}. First choice: each problem under {args.orders} "
+             f"{args.backend if backend is not None else 'none'}"
+             f"{f' + the LoRA adapter {args.adapter}' if args.adapter is not None else ''}. "
+             f"First choice: each problem under {args.orders} "
              "seeded shuffled orders. Intervals: 95% bootstrap over problems.", "",
              first_choice_table(problems, firsts), ""]
     if refined:

@@ -46,6 +46,12 @@ def test_a_tiny_problem_set_is_built_reproduced_and_ranked(tmp_path: Path, capsy
     assert json.loads(path.read_text())["problems"] == problems
 
 
+def test_an_adapter_needs_an_llm_ranker_and_an_adapter_folder(tmp_path: Path, capsys) -> None:
+    with pytest.raises(SystemExit):
+        bench_actor.main(["--rankers", "sim", "--adapter", str(tmp_path), "--problems", str(tmp_path / "p.json")])
+    assert "--adapter" in capsys.readouterr().err
+
+
 class FirstLetter:
     """A model that answers by position (label A whatever stands there), as SmolLM2-135M did."""
 
