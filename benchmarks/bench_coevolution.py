@@ -97,36 +97,71 @@ def prompt_tokens(backend: Any, problems: list[dict[str, Any]], show_effects: bo
     return float(np.mean([len(backend.render(q)) for q in prompts]))
 
 
+def evaluation_problems(problems: list[dict[str, Any]], split: str, limit: int) -> list[dict[str, Any]]:
+    """The split's problems, or every k-th of them (k = its size / ``limit``, rounded) up to ``limit``: the grids
+    follow one another in the set, so each keeps its share."""
+    chosen = [p for p in problems if split_of(p) == split]
+    return chosen[:: max(1, round(len(chosen) / limit))][:limit] if limit else chosen
+
+
+def problem_key(problem: dict[str, Any]) -> tuple[str, int, int, int]:
+    return problem["env"], problem["scenario"], problem["seed"], len(problem["prefix"])
+
+
+def extend_points(curve: dict[str, Any], evaluation: list[dict[str, Any]], backend: Any, out: Path,
+                  args: argparse.Namespace) -> None:
+    """Bring the points a curve measured on another evaluation list onto ``evaluation``: each point keeps the
+    answers it has for the problems still evaluated, and its own model (the untrained one for 0, else its saved
+    adapter) answers the problems it lacks. Leaves ``backend`` untrained or with the last point's adapter."""
+    keys = [problem_key(p) for p in evaluation]
+    old = [tuple(k) for k in curve.get("evaluation", keys)]
+    curve["evaluation"] = keys
+    if old == keys:
+        return
+    missing = [p for p, k in zip(evaluation, keys) if k not in set(old)]
+    for point in curve["points"]:
+        answers = dict(zip(old, zip(point["chosen"], point["position"])))
+        if missing:
+            if point["pairs"] > 0:
+                backend.load_adapter(out / f"adapter-{point['pairs']}")
+            extra = evaluate(backend, missing, args.eval_orders, args.setting == "reading", args.format)
+            answers.update(zip(map(problem_key, missing), zip(extra["chosen"], extra["position"])))
+            point["seconds"] += extra["seconds"]
+        point["chosen"] = [answers[k][0] for k in keys]
+        point["position"] = [answers[k][1] for k in keys]
+        print(f"{point['pairs']} problems, now on {len(keys)} evaluation problems ({len(missing)} added): first "
+              f"choice accepted {np.mean(ap.good_rate(evaluation, np.array(point['chosen']))):.3f}", flush=True)
+
+
 def run_curve(args: argparse.Namespace, problems: list[dict[str, Any]], out: Path) -> dict[str, Any]:
     """Train and evaluate point by point, resuming from ``out``/curve.json; returns the curve."""
     show = args.setting == "reading"
     stream = training_stream(problems, args.seed)
-    evaluation = [p for p in problems if split_of(p) == args.split]
-    if args.eval_limit:  # every k-th: both grids in their proportions
-        evaluation = evaluation[:: max(1, len(evaluation) // args.eval_limit)][: args.eval_limit]
+    evaluation = evaluation_problems(problems, args.split, args.eval_limit)
     points = [int(x) for x in args.pairs.split(",")]
     if points != sorted(set(points)) or points[0] < 0 or points[-1] > len(stream):
         raise SystemExit(f"--pairs {args.pairs}: increasing counts in [0, {len(stream)}] (training problems)")
     path = out / "curve.json"
     config = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
     curve = json.loads(path.read_text()) if path.is_file() else {"config": config | {"out": str(out)}, "points": []}
-    backend = make_backend(args)
     done = [p["pairs"] for p in curve["points"]]
-    if done:
-        if done != points[: len(done)]:
-            raise SystemExit(f"{path} holds points {done}, not a start of --pairs {points}: use another --out")
-        if done[-1] > 0:
-            backend.load_adapter(out / f"adapter-{done[-1]}")
+    if done != points[: len(done)]:
+        raise SystemExit(f"{path} holds points {done}, not a start of --pairs {points}: use another --out")
+    backend = make_backend(args)
+    extend_points(curve, evaluation, backend, out, args)
+    path.write_text(json.dumps(curve))
+    if done and done[-1] > 0:
+        backend.load_adapter(out / f"adapter-{done[-1]}")
     curve["prompt_tokens"] = prompt_tokens(backend, evaluation, show, args.format)
-    curve["evaluation"] = [(p["env"], p["scenario"], p["seed"], len(p["prefix"])) for p in evaluation]
     previous = done[-1] if done else 0
     model = args.backend.replace("/", "_").replace(":", "_")
     base = out.parent / (f"base-{model}-{args.format}-{args.setting}-{args.split}-{len(evaluation)}x"
                          f"{args.eval_orders}.json")
     for n in points[len(done):]:
         entry: dict[str, Any] = {"pairs": n, "finetune_seconds": 0.0, "steps": 0, "losses": []}
-        if n == 0 and base.is_file():  # the untrained model's answers: the same for every configuration
-            entry.update(json.loads(base.read_text()))
+        cached = json.loads(base.read_text()) if n == 0 and base.is_file() else {}
+        if [tuple(k) for k in cached.pop("evaluation", [])] == curve["evaluation"]:
+            entry.update(cached)  # the untrained model's answers: the same for every configuration
         elif n > previous:
             pairs = training_pairs(stream[previous:n], args.format, args.orders, show, args.seed + n)
             stats = backend.finetune(pairs, rank=args.rank, alpha=2.0 * args.rank, lr=args.lr, epochs=args.epochs,
@@ -136,7 +171,8 @@ def run_curve(args: argparse.Namespace, problems: list[dict[str, Any]], out: Pat
         if "chosen" not in entry:
             entry.update(evaluate(backend, evaluation, args.eval_orders, show, args.format))
             if n == 0:
-                base.write_text(json.dumps({k: entry[k] for k in ("chosen", "position", "seconds")}))
+                base.write_text(json.dumps({k: entry[k] for k in ("chosen", "position", "seconds")}
+                                           | {"evaluation": curve["evaluation"]}))
         curve["points"].append(entry)
         path.write_text(json.dumps(curve))
         print(f"{n} problems: first choice accepted {np.mean(ap.good_rate(evaluation, np.array(entry['chosen']))):.3f}"
@@ -161,7 +197,7 @@ def make_backend(args: argparse.Namespace) -> Any:
 def report(curve: dict[str, Any], problems: list[dict[str, Any]]) -> str:
     """The curve as a table: each point's first-choice rate, its paired difference to the best position-only
     control, the most chosen position and the fine-tuning time."""
-    keys = {(p["env"], p["scenario"], p["seed"], len(p["prefix"])): p for p in problems}
+    keys = {problem_key(p): p for p in problems}
     evaluation = [keys[tuple(k)] for k in curve["evaluation"]]
     controls = ap.position_controls(evaluation)
     best_name = max(controls, key=lambda k: controls[k].mean())
@@ -191,7 +227,7 @@ def plot(curves: dict[str, dict[str, Any]], problems: list[dict[str, Any]], path
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    keys = {(p["env"], p["scenario"], p["seed"], len(p["prefix"])): p for p in problems}
+    keys = {problem_key(p): p for p in problems}
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     for label, curve in curves.items():
         evaluation = [keys[tuple(k)] for k in curve["evaluation"]]

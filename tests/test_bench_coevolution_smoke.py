@@ -44,6 +44,13 @@ def test_the_shipped_set_has_disjoint_splits_of_two_grids_and_a_best_candidate_w
             assert p["good"][best] and p["rewards"][best] == max(r for r, g in zip(p["rewards"], p["good"]) if g)
 
 
+def test_a_limited_evaluation_keeps_both_grids_in_their_shares(problems) -> None:
+    held = bc.evaluation_problems(problems, "held-out", 240)
+    counts = Counter(p["env"] for p in held)
+    assert len(held) == 240 and set(counts) == set(ap.ENVS) and min(counts.values()) >= 100
+    assert len(bc.evaluation_problems(problems, "dev", 0)) == sum(bc.split_of(p) == "dev" for p in problems)
+
+
 def test_a_curve_trains_evaluates_resumes_and_is_drawn(problems, tmp_path: Path) -> None:
     model = fixtures.build_tiny_model(tmp_path / "tiny")
     args = ["--backend", f"transformers:{model}", "--format", "letter", "--split", "dev", "--eval-limit", "4", "--eval-orders", "2",
@@ -63,6 +70,16 @@ def test_a_curve_trains_evaluates_resumes_and_is_drawn(problems, tmp_path: Path)
     assert bc.main([*judge, "--pairs", "0,6"]) == 0
     judged = json.loads((tmp_path / "curves" / "j" / "curve.json").read_text())
     assert judged["config"]["format"] == "judge" and 1 <= judged["points"][1]["steps"] <= 2  # <= 12 pairs, batch 8
+    # Another evaluation list: each point keeps its answers where it has them and answers the rest with its model.
+    assert bc.main([*judge[:7], "6", *judge[8:], "--pairs", "0,6"]) == 0
+    wider = json.loads((tmp_path / "curves" / "j" / "curve.json").read_text())
+    assert len(wider["evaluation"]) == 6 and len(wider["points"]) == 2
+    kept = {tuple(k) for k in judged["evaluation"]} & {tuple(k) for k in wider["evaluation"]}
+    assert kept
+    for before, after in zip(judged["points"], wider["points"]):
+        old = dict(zip(map(tuple, judged["evaluation"]), before["chosen"]))
+        new = dict(zip(map(tuple, wider["evaluation"]), after["chosen"]))
+        assert all(old[k] == new[k] for k in kept) and len(after["chosen"]) == 6
     figure = tmp_path / "curve.png"
     assert bc.main(["--plot", f"{tmp_path / 'curves' / 'c'},{tmp_path / 'curves' / 'j'}", "--figure", str(figure)]) == 0
     assert figure.stat().st_size > 1000
