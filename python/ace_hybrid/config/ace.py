@@ -83,7 +83,9 @@ class ACEConfig:
     ("score"), or one generated answer per trajectory parsed strictly, malformed answers counted and ignored
     ("generate")."""
     coevolve: bool = True
-    """Co-evolution: LoRA fine-tune the LLM on its best accepted refinements (backends that support it)."""
+    """Co-evolution: LoRA fine-tune the LLM on its best accepted refinements (backends that support it), when the
+    actor's ranker asks the LLM ("llm", "judge", "lac"): with "sim", "q" or "random" a round would teach the LLM a
+    question it is never asked, and co-evolution stays off (the summary says why)."""
     finetune_every: int = 100
     """Fine-tune after every this many accepted refinements."""
     finetune_pairs: int = 64

@@ -60,15 +60,16 @@ class LLMConfig:
     """Candidate scoring through a server: "echo" (completions, echo=True), "choice" or "auto" (echo, else choice)."""
     guided_choice: bool = False
     """Pass generate(choices=...) to the server as vLLM's extra_body guided_choice (vLLM only)."""
-    lora_rank: int = 8
-    """LoRA rank r of a new adapter."""
-    lora_alpha: float = 16.0
+    lora_rank: int = 16
+    """LoRA rank r of a new adapter (16 and lr 5e-4 are what taught the embedded model's judge on
+    benchmarks/bench_coevolution.py's dev split: docs/ace.md)."""
+    lora_alpha: float = 32.0
     """LoRA scaling numerator (the update is scaled by alpha / r)."""
     lora_dropout: float = 0.0
     """Dropout on the LoRA branch during fine-tuning."""
     lora_target_modules: tuple[str, ...] = ()
     """Module names LoRA wraps; empty means peft's default for the architecture (or ("all-linear",))."""
-    lora_lr: float = 1e-4
+    lora_lr: float = 5e-4
     """AdamW learning rate of fine-tuning."""
     lora_epochs: int = 1
     """Passes over the pairs per finetune() call."""

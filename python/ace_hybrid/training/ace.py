@@ -92,7 +92,7 @@ class LLMInLoop:
         self.budget = CallBudget(ace, lambda: (run.counters.env_steps, run.cfg.train.total_env_steps),
                                  critic_on=self.critic.core is not None)
         self.coevo = None
-        if ace.coevolve and self.actor is not None:
+        if ace.coevolve and self.actor is not None and self.actor.ranker.uses_llm:
             self.coevo = CoEvolutionInLoop(self.backend, ace, run.dir / "adapters", cfg.train.seed)
             if self.coevo.disabled:
                 log.warning("co-evolution is off for this run: %s", self.coevo.disabled)
@@ -322,7 +322,11 @@ class LLMInLoop:
         """Why co-evolution does not run (None when it does)."""
         if self.coevo is not None:
             return self.coevo.disabled
-        return "ace.coevolve is false" if not self.ace.coevolve else "it needs the actor (ace.actor is false)"
+        if not self.ace.coevolve:
+            return "ace.coevolve is false"
+        if self.actor is None:
+            return "it needs the actor (ace.actor is false)"
+        return f"the actor's ranker ({self.ace.ranker!r}) does not ask the LLM: a round would teach it nothing it uses"
 
     def state_dict(self) -> dict[str, Any]:
         """What has been committed (see "Checkpoints while work is pending" in the module docstring); the work
