@@ -783,7 +783,8 @@ def test_the_shipped_experiment_files_are_valid(path: Path) -> None:
     names = {r["name"] for r in read_toml(path, "experiment file")["rows"]}
     if path.stem in ("make_run", "paper_table"):
         assert {(p.a_name, p.b_name) for p in spec.primaries} >= {
-            ("ACE (policy alone)", "SAC-only (policy alone)"), ("ACE (policy alone)", "Expert-guided RL (policy alone)"),
+            ("ACE (policy alone)", "SAC-only (policy alone)"),
+            ("ACE (policy alone)", "Expert-guided RL (policy alone)"),
             ("ACE + top-7 check", "Greedy expert"), ("SAC-only (policy alone)", "DoNothing")}
         expanded = {row.name for row in ex.load_experiment(path).rows}
         assert {"SAC-only (policy alone)", "SAC-only + top-7 check"} <= expanded

@@ -419,7 +419,8 @@ def claims(results: dict[str, Any]) -> str:
         lines += [f"- {claim(c)}" for c in exploratory]
     else:
         lines.append("None.")
-    return "\n".join(lines) + "\n\n" + DIFFERENCES_NOTE + " " + secondary_note(results.get("holm") or ["survival"])
+    note = secondary_note(results.get("holm") or ["survival"], bool(results.get("score")))
+    return "\n".join(lines) + "\n\n" + DIFFERENCES_NOTE + " " + note
 
 
 def deployment_costs(results: dict[str, Any]) -> str:

@@ -4,11 +4,12 @@
 ``reward_vs`` and ``score``, and shrinks what costs time: the first :data:`SMOKE_PAIRS` test and validation pairs,
 the first seed (unless ``--seeds`` gives others), test episodes cut at :data:`SMOKE_TEST_STEPS` steps, and every
 training at :data:`SMOKE_STEPS` environment steps (evaluations on ``env.eval_pairs`` cut at 50 steps, every 150
-steps; the tutor's warm start 100 steps; ACE at most 2 LLM calls; a "tutor:N"
-action set selected from 20 danger states). A file's ``budgets`` are scaled into those steps in proportion
-(20K, 40K, 100K -> 60, 120, 300) and keep their names ("ACE @ 20K" tests best-60.pt), so every name the file's
-``primary`` and ``reward_vs`` use still resolves. Its results (``runs/<name>-smoke`` by default) say "smoke run" in
-their title.
+steps; the tutor's warm start 100 steps; ACE at most 2 LLM calls; a "tutor:N" action set selected from 20 danger
+states). ACE loads its model but calls it only where the 300 steps reach a bad transition (the actor) or a finished
+episode after ``ace.critic_start`` (the critic): on a quiet grid it may make none, so a smoke run shows that the row
+runs, not that its LLM does. A file's ``budgets`` are scaled into those steps in proportion (20K, 40K, 100K -> 60,
+120, 300) and keep their names ("ACE @ 20K" tests best-60.pt), so every name the file's ``primary`` and
+``reward_vs`` use still resolves. Its results (``runs/<name>-smoke`` by default) say "smoke run" in their title.
 """
 
 from __future__ import annotations

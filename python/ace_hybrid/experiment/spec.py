@@ -523,8 +523,8 @@ def _selected_rows(row_specs: list[RowSpec], path: Path, rows: Sequence[str] | N
 
 def _primaries(raw: Any, rows: list[RowSpec], key: str = "primary", shorthands: bool = True) -> list[Primary]:
     """The file's ``primary`` list (or another list of ``[A, B]`` rows: ``key``) as (A, B) table rows, shorthands
-    expanded (when ``shorthands``), repeats dropped (see the module docstring); ValueError naming an unknown row and listing
-    the valid names."""
+    expanded (when ``shorthands``), repeats dropped (see the module docstring); ValueError naming an unknown row and
+    listing the valid names."""
     if not isinstance(raw, list) or not all(isinstance(p, list) and len(p) == 2 and all(isinstance(n, str) for n in p)
                                             for p in raw):
         raise ValueError(f"{key} = {raw!r} must be a list of [A, B] row names, e.g. "

@@ -176,30 +176,39 @@ def differences_markdown(comparisons: list[dict[str, Any]]) -> str:
     return "\n".join(parts)
 
 
+def _listed(words: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return " and ".join(words) if len(words) < 3 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
 def differences_heading(comparisons: list[dict[str, Any]]) -> str:
     """The title of the paired differences: survival, and the secondary metrics shown beside it."""
     extra = [_LABELS[k] for k in _secondary_shown(comparisons)]
-    return "Paired differences in survival" + (f", {' and '.join(extra)} beside" if extra else "")
+    return "Paired differences in survival" + (f" ({_listed(extra)} beside it)" if extra else "")
 
 
-def secondary_note(holm_metrics: list[str] | tuple[str, ...] = ("survival",)) -> str:
-    """Which differences are Holm-corrected (results.md and report.md, below :data:`DIFFERENCES_NOTE`)."""
+def secondary_note(holm_metrics: list[str] | tuple[str, ...] = ("survival",), score: bool = False) -> str:
+    """Which differences are Holm-corrected (results.md and report.md, below :data:`DIFFERENCES_NOTE`); ``score``:
+    whether the tables have the L2RPN score (the file's ``score = true``)."""
     corrected = [_LABELS[COMPARED[m]] for m in holm_metrics]
-    others = [_LABELS[k] for k in SECONDARY if k not in {COMPARED[m] for m in holm_metrics}]
-    text = ("Holm-corrected: the primary comparisons in " + " and ".join(corrected)
-            + (f" (one family of every primary comparison in each: the file's `holm`)" if len(corrected) > 1 else "")
+    shown = [k for k in SECONDARY if score or k != "l2rpn_score"]
+    others = [_LABELS[k] for k in shown if k not in {COMPARED[m] for m in holm_metrics}]
+    text = ("Holm-corrected: the primary comparisons in " + _listed(corrected)
+            + (" (one family of every primary comparison in each: the file's `holm`)" if len(corrected) > 1 else "")
             + ". The verdicts are on survival.")
     if others:
-        text += (f" The {' and '.join(others)} columns are secondary and not corrected, primary rows included: each "
+        text += (f" The {_listed(others)} columns are secondary and not corrected, primary rows included: each "
                  f"95% interval is for its own comparison.")
-    return text + (" Episode reward is the environment's own reward summed over an episode; the L2RPN score is "
-                   "grid2op's competition score of the environment for the episode (higher is better).")
+    return text + " Episode reward is the environment's own reward summed over an episode" + (
+        "; the L2RPN score is grid2op's competition score of the environment for the episode (higher is better)."
+        if score else ".")
 
 
 def relative_markdown(relative: list[dict[str, Any]], paper_note: str = "") -> str:
     """The file's ``reward_vs``: (A − B) / |B| in episode reward with its 95% interval, and the paper's figure the file
     quotes (``paper_note``)."""
-    lines = ["| A | B | episode reward A | episode reward B | (A − B) / abs(B) [95% CI] |", "|:---|:---|---:|---:|---:|"]
+    lines = ["| A | B | episode reward A | episode reward B | (A − B) / abs(B) [95% CI] |",
+             "|:---|:---|---:|---:|---:|"]
     for r in relative:
         rel = "–" if r["relative"] is None or r["lo"] is None else (
             f"{r['relative']:+.1%} [{r['lo']:+.1%}, {r['hi']:+.1%}]")
@@ -251,8 +260,8 @@ def setup_text(spec: ExperimentSpec, cells: list[dict[str, Any]], draws: int, se
             f"{pairs}{cut}. Seeds of the training rows: {', '.join(map(str, spec.seeds))}; baselines are "
             f"deterministic on fixed episodes and run once.{selection} Survival is total steps survived / total steps "
             f"playable over a row's episodes (grid2op's aggregate, not the mean of per-episode rates); episode reward "
-            f"is the environment's reward summed over an episode, averaged over the episodes.{_score_text(spec, cells)} "
-            f"{SIMULATIONS_NOTE} "
+            f"is the environment's reward summed over an episode, averaged over the episodes."
+            f"{_score_text(spec, cells)} {SIMULATIONS_NOTE} "
             f"Training costs are means over seeds; times are wall-clock seconds. [95% CI]: percentile bootstrap, "
             f"{draws:,} draws (numpy default_rng({seed})), resampling test pairs and training seeds (crossed), the "
             f"same draws for every row; with {len(spec.seeds)} seed(s) the seed level is coarse.")
@@ -306,4 +315,4 @@ def write_results(spec: ExperimentSpec, out: Path, tables: dict[str, Any], machi
         title + f"Made by `{tables['command']}`.\n\n" + tables["setup"] + "\n\n" + tables["markdown"]
         + f"\n\n## {differences_heading(tables['comparisons'])}\n\n" + differences_markdown(tables["comparisons"])
         + "\n\n"
-        + DIFFERENCES_NOTE + " " + secondary_note(spec.holm) + relative + "\n")
+        + DIFFERENCES_NOTE + " " + secondary_note(spec.holm, spec.score) + relative + "\n")
