@@ -129,13 +129,29 @@ def test_l2rpn_score_is_computed_on_a_private_copy(make_grid_env) -> None:
     from ace_hybrid.grid.scores import score_report
 
     env = make_grid_env("l2rpn_case14_sandbox")
-    report = evaluate(env, make_agent("do-nothing", env), [(1, 4)], max_steps=20, progress=False)
+    report = evaluate(env, make_agent("do-nothing", env), [(1, 4), (1, 5)], max_steps=20, progress=False)
     score_report(report, lambda e: make_agent("do-nothing", e), max_steps=20, env_name="l2rpn_case14_sandbox")
     assert "ScoreL2RPN2020" in report.score_note
-    assert report.episodes[0].score is not None and np.isfinite(report.episodes[0].score)
+    assert all(e.score is not None and np.isfinite(e.score) for e in report.episodes)
+    assert [e.score_steps_survived for e in report.episodes] == [e.steps_survived for e in report.episodes]
     copies = list((cache_root() / "score_envs" / "l2rpn_case14_sandbox").iterdir())
     assert copies and all(len(list((c / "chronics").iterdir())) == 1 for c in copies if c.is_dir())
+    # grid2op caches the reference episodes in the folder without checking their seeds: one copy per (scenario, seed).
+    both = [c for c in copies if c.name.endswith(("-seed4", "-seed5"))]
+    assert len(both) == 2 and all(any(p.name.startswith("_statistics_") for p in c.iterdir()) for c in both)
     assert "n/a" not in report.to_markdown().splitlines()[-1]
+
+
+def test_a_cut_episode_scored_against_whole_references_survived_every_step(make_grid_env) -> None:
+    """grid2op counts a failing step as played; an episode cut at max_steps has not failed, even where the copy's
+    references were computed on the whole episode (grid2op reuses them)."""
+    from ace_hybrid.grid.scores import score_report
+
+    env = make_grid_env("l2rpn_case14_sandbox")
+    for cut in (None, 20):
+        report = evaluate(env, make_agent("do-nothing", env), [(2, 6)], max_steps=cut, progress=False)
+        score_report(report, lambda e: make_agent("do-nothing", e), max_steps=cut)
+        assert report.episodes[0].score_steps_survived == report.episodes[0].steps_survived == (cut or 575)
 
 
 def test_safe_rule_reverts_a_split_substation(make_grid_env) -> None:

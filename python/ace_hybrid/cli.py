@@ -285,6 +285,10 @@ def _add_experiment(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                     help="the pairs every row is tested on: the held-out test_pairs (default), or the file's "
                     "validation_pairs, where configurations are chosen: writes OUT/results-validation.{json,csv,md} "
                     "from OUT/cells-validation/, never mixed with the test results (the trained runs are shared)")
+    ex.add_argument("--smoke", action="store_true",
+                    help="a smoke version of the file, to check that every row runs (minutes, not results): its first "
+                    "2 pairs and first seed, test episodes cut at 50 steps, trainings of 300 steps (budgets scaled "
+                    "into them, names kept); output in runs/<name>-smoke unless --out is given")
     ex.add_argument("--no-report", action="store_true", help="skip report.md and its figures")
     ex.add_argument("--no-progress", action="store_true", help="hide the progress bars")
 
@@ -388,7 +392,11 @@ def cmd_experiment(args: argparse.Namespace) -> int:
 
     rows = [r.strip() for r in args.rows.split(",") if r.strip()] if args.rows else None
     spec = load_experiment(args.config, args.overrides, rows=rows, seeds=args.seeds, on=args.on)
-    out = args.out or Path("runs") / spec.name
+    if args.smoke:
+        from ace_hybrid.experiment.smoke import smoke_version
+
+        spec = smoke_version(spec)
+    out = args.out or Path("runs") / (f"{spec.name}-smoke" if spec.smoke else spec.name)
     result = run_experiment(spec, out, progress=not args.no_progress, jobs=args.jobs)
     report = not args.no_report and spec.on == "test"  # report.md describes the test results only
     if report:

@@ -42,7 +42,7 @@ from ace_hybrid.experiment import (
     to_markdown,
     verdict,
 )
-from ace_hybrid.experiment.tables import b_longer
+from ace_hybrid.experiment.tables import b_longer, differences_heading, relative_markdown, secondary_note
 
 # From the paper, as the project's issue quotes them.
 PAPER_REFINEMENTS = (287, 682)
@@ -419,7 +419,8 @@ def claims(results: dict[str, Any]) -> str:
         lines += [f"- {claim(c)}" for c in exploratory]
     else:
         lines.append("None.")
-    return "\n".join(lines) + "\n\n" + DIFFERENCES_NOTE
+    note = secondary_note(results.get("holm") or ["survival"], bool(results.get("score")))
+    return "\n".join(lines) + "\n\n" + DIFFERENCES_NOTE + " " + note
 
 
 def deployment_costs(results: dict[str, Any]) -> str:
@@ -478,6 +479,11 @@ def paper_comparison(results: dict[str, Any]) -> str:
     else:
         what, ours = "no baseline", "not measured (needs an ACE row and an expert-guided RL or greedy row)"
     lines.append(f"| ACE vs the expert(-guided) baseline (ours: {what}) | ACE improves on it | {ours} |")
+    for r in results.get("reward_vs") or []:
+        ours = "no data" if r["relative"] is None or r["lo"] is None else (
+            f"{r['relative']:+.1%} [{r['lo']:+.1%}, {r['hi']:+.1%}]")
+        lines.append(f"| {r['a_name']} vs {r['b_name']}, episode reward (A − B) / abs(B) | "
+                     f"{results.get('paper_note') or 'not quoted'} | {ours} |")
     notes = [VERDICT_NOTE]
     names = {r.get("train_id", r["id"]): r["name"] for r in _trainings(results)}
     untrained = sorted({names.get(c.get("train_id") or c.get("row"), c["name"]) for c in results.get("cells", [])
@@ -569,8 +575,12 @@ def write_report(out_dir: str | Path) -> Path:
         parts += ["No rows in results.json.", ""]
     parts += ["## What the numbers say", "", claims(results), ""]
     if _has_intervals(results):
-        parts += ["## Paired differences in survival", "", differences_markdown(results.get("comparisons") or []), "",
+        parts += [f"## {differences_heading(results.get('comparisons') or [])}", "",
+                  differences_markdown(results.get("comparisons") or []), "",
                   plot_differences(results, fig_dir), ""]
+    if results.get("reward_vs"):
+        parts += ["## Relative differences in episode reward", "",
+                  relative_markdown(results["reward_vs"], results.get("paper_note", "")), ""]
     budget_curve = plot_budget_curve(results, fig_dir)
     if budget_curve is not None:
         parts += ["## Survival against the training budget", "", budget_curve, ""]

@@ -10,7 +10,8 @@ One module per concern:
 - :mod:`~ace_hybrid.experiment.metrics`: what is measured, per episode and per training;
 - :mod:`~ace_hybrid.experiment.statistics`: bootstrap intervals over the crossed design, the declared paired
   differences and Holm's correction of the primary ones;
-- :mod:`~ace_hybrid.experiment.tables`: results.json, results.csv and results.md, and the one wording of a verdict.
+- :mod:`~ace_hybrid.experiment.tables`: results.json, results.csv and results.md, and the one wording of a verdict;
+- :mod:`~ace_hybrid.experiment.smoke`: the smoke version of an experiment file (``--smoke``).
 
 Outputs: ``results.json`` (rows with every per-episode value, the bootstrap's settings, the comparisons, every cell
 and the command that made them), ``results.csv`` (one line per row), ``results.md`` (the table and the paired
@@ -48,7 +49,10 @@ from ace_hybrid.experiment.statistics import (
     p_value,
     paired_difference,
     points,
+    relative_difference,
+    relative_differences,
 )
+from ace_hybrid.experiment.smoke import smoke_version
 from ace_hybrid.experiment.tables import (
     DIFFERENCES_NOTE,
     differences_markdown,
@@ -94,8 +98,11 @@ __all__ = [
     "p_value",
     "paired_difference",
     "points",
+    "relative_difference",
+    "relative_differences",
     "run_cell",
     "run_experiment",
+    "smoke_version",
     "stated",
     "to_csv",
     "to_markdown",

@@ -67,6 +67,8 @@ def fingerprint(spec: ExperimentSpec, row: RowSpec, cfg: Config) -> str:
         what["budget"] = row.budget
     if row.ppo is not None:
         what["ppo"] = row.ppo.to_dict()
+    if spec.score:
+        what["score"] = True  # added only when on: cells made without it stay valid
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -170,11 +172,19 @@ def run_cell(spec: ExperimentSpec, row: RowSpec, seed: int | None, cfg: Config, 
         train_info = _training(cfg, row, out / run_rel, known)
         policy = (f"maskable-ppo:{out / run_rel}" if row.kind == "maskable-ppo"
                   else f"checkpoint:{out / run_rel / best_file(row)}")
-        agent = make_agent(policy, test_env, topk=row.topk, cfg=cfg)
+
+        def build(env: Any) -> Any:
+            return make_agent(policy, env, topk=row.topk, cfg=cfg)
     else:
-        agent = baseline_agent(row.kind, test_env, cfg, spec.greedy_budget)
+        def build(env: Any) -> Any:
+            return baseline_agent(row.kind, env, cfg, spec.greedy_budget)
+    agent = build(test_env)
     report = evaluate(test_env, agent, spec.pairs, agent_name=row.name, max_steps=spec.test_max_steps or None,
                       progress=cfg.log.progress)
+    if spec.score:
+        from ace_hybrid.grid.scores import score_report
+
+        score_report(report, build, max_steps=spec.test_max_steps or None)
     test = report.to_dict()
     if not row.trains and hasattr(agent, "llm_calls"):
         # The LLM-only agent asks the model at test time; kept apart from the table's training refinements.

@@ -19,7 +19,13 @@ from ace_hybrid.config import Config
 from ace_hybrid.experiment.cells import cell_id, finished_model, fingerprint, run_cell, run_dir_of
 from ace_hybrid.experiment.eta import BAR_FORMAT, RemainingTime
 from ace_hybrid.experiment.spec import LLM_KINDS, ExperimentSpec, RowSpec
-from ace_hybrid.experiment.statistics import BOOTSTRAP_DRAWS, BOOTSTRAP_SEED, aggregate, compare_rows
+from ace_hybrid.experiment.statistics import (
+    BOOTSTRAP_DRAWS,
+    BOOTSTRAP_SEED,
+    aggregate,
+    compare_rows,
+    relative_differences,
+)
 from ace_hybrid.experiment.tables import setup_text, to_markdown, write_results
 from ace_hybrid.files import atomic_write_json
 from ace_hybrid.processes import start_child
@@ -40,7 +46,8 @@ def run_experiment(spec: ExperimentSpec, out: str | Path, *, progress: bool = Tr
     Returns
     -------
     dict
-        ``{"rows": aggregate(...), "comparisons": compare_rows(...), "cells": [...], "ran": [cell ids run now],
+        ``{"rows": aggregate(...), "comparisons": compare_rows(...), "relative": relative_differences(...) (the
+        file's ``reward_vs``), "cells": [...], "ran": [cell ids run now],
         "reused": [cell ids read back], "markdown": the table, "command": the command line, "out": str(out)}``.
         Each cell record holds ``metrics`` (its own values), ``train`` (the training summary, None for baselines),
         ``test`` (the per-episode test report) and the cell's configuration.
@@ -63,15 +70,17 @@ def run_experiment(spec: ExperimentSpec, out: str | Path, *, progress: bool = Tr
     ran_now = set(ran)
     reused = [c["cell"] for c in cells if c["cell"] not in ran_now]
     rows = aggregate(spec, cells, draws=draws, seed=bootstrap_seed)
-    comparisons = compare_rows(rows, spec.seeds, len(spec.pairs), primaries=spec.primaries, draws=draws,
-                               seed=bootstrap_seed)
+    comparisons = compare_rows(rows, spec.seeds, len(spec.pairs), primaries=spec.primaries, holm_metrics=spec.holm,
+                               draws=draws, seed=bootstrap_seed)
+    relative = relative_differences(rows, spec.seeds, len(spec.pairs), spec.reward_vs, draws=draws,
+                                    seed=bootstrap_seed)
     markdown = to_markdown(rows)
     command = spec.command(out)
-    write_results(spec, out, {"rows": rows, "comparisons": comparisons, "cells": cells, "markdown": markdown,
-                              "setup": setup_text(spec, cells, draws, bootstrap_seed), "command": command,
-                              "draws": draws, "seed": bootstrap_seed}, _machine())
-    return {"rows": rows, "comparisons": comparisons, "cells": cells, "ran": ran, "reused": reused,
-            "markdown": markdown, "command": command, "out": str(out)}
+    write_results(spec, out, {"rows": rows, "comparisons": comparisons, "relative": relative, "cells": cells,
+                              "markdown": markdown, "setup": setup_text(spec, cells, draws, bootstrap_seed),
+                              "command": command, "draws": draws, "seed": bootstrap_seed}, _machine())
+    return {"rows": rows, "comparisons": comparisons, "relative": relative, "cells": cells, "ran": ran,
+            "reused": reused, "markdown": markdown, "command": command, "out": str(out)}
 
 
 def cells_dir(spec: ExperimentSpec) -> str:

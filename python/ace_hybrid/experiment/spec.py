@@ -14,6 +14,10 @@ An experiment file (TOML) names the environment configuration, the held-out test
     primary = [["ACE (policy alone)", "SAC-only (policy alone)"],   # A - B, named before the run: Holm-corrected
                ["each trained row (policy alone)", "DoNothing"]]
     budgets = [20000, 40000, 100000]                      # optional: train once to the largest, test at each
+    score = true                                          # optional: grid2op's L2RPN score of every test episode
+    holm = ["survival"]                                   # metrics of the Holm family (+ "reward", "score")
+    reward_vs = [["ACE (policy alone)", "SAC-only (policy alone)"]]  # (A - B) / |B| in episode reward
+    paper_note = "ACE vs SAC in episode reward: +x% (paper)"        # the paper's figure, shown beside them
 
     [[rows]]
     name = "ACE w/o actor"   # display name
@@ -64,6 +68,17 @@ trained runs in ``runs/`` are shared by the two. Test pairs, validation pairs an
 (which choose best.pt) must be pairwise disjoint, and neither test nor validation pairs may be training episodes
 (``env.train_seed_start + k``); an overlap is a ValueError naming the pairs.
 
+``score``. With ``score = true`` every cell also computes grid2op's L2RPN score of each test episode
+(:func:`ace_hybrid.grid.scores.score_report`, as ``ace-hybrid evaluate --score``): the table gains an "L2RPN score"
+column and every paired difference a score column beside survival's and episode reward's. It replays each episode
+through grid2op's runner, so a cell's test time about doubles (plus two reference episodes per (scenario, seed), once).
+
+``holm``, ``reward_vs``, ``paper_note``. The Holm family is the primary comparisons in survival; ``holm = ["survival",
+"reward", "score"]`` (any of the last two) makes it every primary comparison in each metric named, one family.
+``reward_vs`` lists ``[A, B]`` rows (names or ids, as in ``primary``) whose relative difference in episode reward,
+(A − B) / |B|, is reported with its bootstrap interval, exploratory; ``paper_note`` (free text) quotes the paper's
+figure beside it.
+
 ``primary``. The comparisons the experiment is run to decide, named before it runs: a list of ``[A, B]`` (A − B in
 survival), each a table row's display name or id (a row with ``deploy_topk`` is named by one of its table rows:
 "ACE (policy alone)" / ``ace-alone``, "ACE + top-7 check" / ``ace-top7``; with budgets "ACE @ 20K (policy alone)" /
@@ -109,7 +124,8 @@ EACH_TRAINED_ALONE = "each trained row (policy alone)"
 """In ``primary``: every training table row that tests the policy alone (``deploy_topk`` value 0)."""
 
 _TOP_KEYS = {"name", "description", "config", "set", "ace_set", "seeds", "test_pairs", "validation_pairs",
-             "test_max_steps", "greedy_budget", "rows", "primary", "budgets"}
+             "test_max_steps", "greedy_budget", "rows", "primary", "budgets", "score", "holm", "reward_vs",
+             "paper_note"}
 ON = ("test", "validation")
 """The pairs an experiment can test its rows on (``--on``): the held-out test pairs, or the validation pairs on which
 configurations are chosen."""
@@ -188,6 +204,16 @@ class ExperimentSpec:
     """Where configurations are chosen (the file's ``validation_pairs``; may be empty)."""
     on: str = "test"
     """Which pairs the rows are tested on now: "test" or "validation" (:data:`ON`)."""
+    score: bool = False
+    """Whether every test episode also gets grid2op's L2RPN score (the file's ``score``)."""
+    holm: tuple[str, ...] = ("survival",)
+    """The metrics of the primary comparisons' Holm family (the file's ``holm``; survival first)."""
+    reward_vs: list[Primary] = field(default_factory=list)
+    """The file's ``reward_vs``: rows compared by their relative difference in episode reward."""
+    paper_note: str = ""
+    """The paper's figure the file quotes beside ``reward_vs`` (free text)."""
+    smoke: bool = False
+    """A smoke version of the file (:func:`ace_hybrid.experiment.smoke.smoke_version`): tiny, not results."""
 
     @property
     def pairs(self) -> list[tuple[int, int]]:
@@ -233,6 +259,8 @@ class ExperimentSpec:
             words += ["--seeds", ",".join(map(str, self.seeds))]
         if self.on != "test":
             words += ["--on", self.on]
+        if self.smoke:
+            words.append("--smoke")
         return shlex.join(words)
 
 
@@ -380,11 +408,33 @@ def load_experiment(path: str | Path, overrides: Sequence[str] = (), *, rows: Se
         greedy_budget=_int(data.get("greedy_budget", 30), "greedy_budget", 2), rows=row_specs,
         description=str(data.get("description", "")), row_filter=list(rows) if rows is not None else None,
         seeds_replaced=seeds is not None, primaries=_primaries(data.get("primary", []), every_row),
-        validation_pairs=validation_pairs, on=on)
+        validation_pairs=validation_pairs, on=on, **_reporting(data, every_row))
     _check_disjoint("test pair", test_pairs, "validation_pairs", validation_pairs, "configurations are chosen on them")
     for row, seed in spec.cells():
         _check_held_out(spec, row, spec.row_config(row, seed))
     return spec
+
+
+def _reporting(data: dict[str, Any], rows: list[RowSpec]) -> dict[str, Any]:
+    """The file's ``score``, ``holm``, ``reward_vs`` and ``paper_note``, checked (ValueError naming the key)."""
+    score = data.get("score", False)
+    if not isinstance(score, bool):
+        raise ValueError(f"score = {score!r} must be true or false")
+    holm = data.get("holm", ["survival"])
+    if (not isinstance(holm, list) or not holm or holm[0] != "survival" or len(set(holm)) != len(holm)
+            or not set(holm) <= {"survival", "reward", "score"}):
+        raise ValueError(f"holm = {holm!r} must be [\"survival\"], optionally followed by \"reward\" and/or "
+                         f"\"score\" (the metrics whose primary differences form the Holm family)")
+    if "score" in holm and not score:
+        raise ValueError("holm names \"score\" but the file has no score = true")
+    raw = data.get("reward_vs", [])
+    named = _primaries(raw, rows, key="reward_vs", shorthands=False)
+    if len(named) != len(raw):
+        raise ValueError(f"reward_vs = {raw!r} names a pair of rows twice")
+    note = data.get("paper_note", "")
+    if not isinstance(note, str):
+        raise ValueError(f"paper_note = {note!r} must be a string")
+    return {"score": score, "holm": tuple(holm), "reward_vs": named, "paper_note": note}
 
 
 def _config_path(data: dict[str, Any], path: Path) -> Path | None:
@@ -471,15 +521,17 @@ def _selected_rows(row_specs: list[RowSpec], path: Path, rows: Sequence[str] | N
     return [r for r in row_specs if r.id in set(rows) or r.train_id in set(rows)]
 
 
-def _primaries(raw: Any, rows: list[RowSpec]) -> list[Primary]:
-    """The file's ``primary`` list as (A, B) table rows, shorthands expanded, repeats dropped (see the module
-    docstring); ValueError naming an unknown row and listing the valid names."""
+def _primaries(raw: Any, rows: list[RowSpec], key: str = "primary", shorthands: bool = True) -> list[Primary]:
+    """The file's ``primary`` list (or another list of ``[A, B]`` rows: ``key``) as (A, B) table rows, shorthands
+    expanded (when ``shorthands``), repeats dropped (see the module docstring); ValueError naming an unknown row and
+    listing the valid names."""
     if not isinstance(raw, list) or not all(isinstance(p, list) and len(p) == 2 and all(isinstance(n, str) for n in p)
                                             for p in raw):
-        raise ValueError(f"primary = {raw!r} must be a list of [A, B] row names, e.g. "
+        raise ValueError(f"{key} = {raw!r} must be a list of [A, B] row names, e.g. "
                          f"[[\"ACE (policy alone)\", \"SAC-only (policy alone)\"]]")
-    by_key = {key: row for row in rows for key in (row.name, row.id)}
-    groups = {EACH_TRAINED: [r for r in rows if r.trains], EACH_TRAINED_ALONE: [r for r in rows if r.topk == 0]}
+    by_key = {name: row for row in rows for name in (row.name, row.id)}
+    groups = {EACH_TRAINED: [r for r in rows if r.trains], EACH_TRAINED_ALONE: [r for r in rows if r.topk == 0]} \
+        if shorthands else {}
 
     def resolve(name: str, where: str) -> list[RowSpec]:
         if name in groups:
@@ -487,18 +539,18 @@ def _primaries(raw: Any, rows: list[RowSpec]) -> list[Primary]:
                 raise ValueError(f"{where} = {name!r} names no row: the file has no such training rows")
             return groups[name]
         if name not in by_key:
-            valid = ", ".join([*(repr(r.name) for r in rows), repr(EACH_TRAINED), repr(EACH_TRAINED_ALONE)])
+            valid = ", ".join([*(repr(r.name) for r in rows), *map(repr, groups)])
             raise ValueError(f"{where}: unknown row {name!r}; valid names (or a row's id): {valid}")
         return [by_key[name]]
 
     out: dict[tuple[str, str], Primary] = {}
     for i, (a_name, b_name) in enumerate(raw):
         if a_name in groups and b_name in groups:
-            raise ValueError(f"primary[{i}] = [{a_name!r}, {b_name!r}]: at most one side may name several rows")
-        pairs = [(a, b) for a in resolve(a_name, f"primary[{i}][0]") for b in resolve(b_name, f"primary[{i}][1]")
+            raise ValueError(f"{key}[{i}] = [{a_name!r}, {b_name!r}]: at most one side may name several rows")
+        pairs = [(a, b) for a in resolve(a_name, f"{key}[{i}][0]") for b in resolve(b_name, f"{key}[{i}][1]")
                  if a.id != b.id]
         if not pairs:
-            raise ValueError(f"primary[{i}] = [{a_name!r}, {b_name!r}] compares a row with itself")
+            raise ValueError(f"{key}[{i}] = [{a_name!r}, {b_name!r}] compares a row with itself")
         for a, b in pairs:
             out.setdefault((a.id, b.id), Primary(a.id, b.id, a.name, b.name))
     return list(out.values())

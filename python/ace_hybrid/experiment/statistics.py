@@ -14,6 +14,12 @@ Primary comparisons (named in the experiment file before it runs) are one family
 held at :data:`ALPHA` by Holm's step-down procedure (Holm, Scand. J. Statist. 1979) on the paired bootstrap
 p-values, p = 2 min(P*(Δ <= 0), P*(Δ >= 0)) over the same draws that give the difference's interval. Every other
 comparison is exploratory: its interval is for itself alone.
+
+Every comparison is made in survival (its verdict) and, as secondary figures on the same draws, in episode reward and
+the L2RPN score (:data:`~ace_hybrid.experiment.metrics.SECONDARY`). The Holm family is the primary comparisons in
+survival alone, unless the file's ``holm`` adds the secondary metrics: then it is every primary comparison in each of
+them. A file's ``reward_vs`` asks for relative differences in episode reward, (A − B) / |B|, with their interval from
+the same draws (:func:`relative_difference`).
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ace_hybrid.experiment.metrics import EPISODE_FIELDS, TEST_METRIC, TEST_METRICS, TRAIN_METRICS
+from ace_hybrid.experiment.metrics import COMPARED, EPISODE_FIELDS, SECONDARY, TEST_METRIC, TEST_METRICS, TRAIN_METRICS
 from ace_hybrid.experiment.spec import TRAINING_KINDS, ExperimentSpec, Primary, RowSpec
 
 BOOTSTRAP_DRAWS = 10_000
@@ -219,11 +225,13 @@ def comparisons_to_make(rows: Sequence[dict[str, Any]]) -> list[tuple[str, str, 
 
 
 def compare_rows(rows: Sequence[dict[str, Any]], seeds: Sequence[int], n_pairs: int, *,
-                 primaries: Sequence[Primary] = (), draws: int = BOOTSTRAP_DRAWS,
-                 seed: int = BOOTSTRAP_SEED) -> list[dict[str, Any]]:
+                 primaries: Sequence[Primary] = (), holm_metrics: Sequence[str] = ("survival",),
+                 draws: int = BOOTSTRAP_DRAWS, seed: int = BOOTSTRAP_SEED) -> list[dict[str, Any]]:
     """The paired survival differences (see :func:`paired_difference`), each with the names of its rows, why it is
-    made and whether it is primary: first the ``primaries`` in their order, with ``p_holm`` (:func:`holm` over all
-    of them: a primary whose rows did not run counts, with no data), then the exploratory comparisons of
+    made and whether it is primary, and its differences in the secondary metrics under ``"secondary"`` (metric key ->
+    :func:`paired_difference`'s figures): first the ``primaries`` in their order, with ``p_holm`` (:func:`holm` over
+    all of them, and over their secondary differences in the metrics ``holm_metrics`` names: "survival", "reward",
+    "score"; a primary whose rows did not run counts, with no data), then the exploratory comparisons of
     :func:`comparisons_to_make` that are not already primary (either way round)."""
     resample = Resample.draw(seeds, n_pairs, draws, seed)
     by_id = {r["id"]: r for r in rows if r["n"]}
@@ -232,21 +240,75 @@ def compare_rows(rows: Sequence[dict[str, Any]], seeds: Sequence[int], n_pairs: 
     out = []
     for p in primaries:
         why = reasons.get((p.a, p.b), "named primary")
-        if p.a in by_id and p.b in by_id:
-            result = paired_difference(resample, by_id[p.a], by_id[p.b])
-        else:
-            result = {"a": p.a, "b": p.b, "metric": "survival_rate", "a_value": None, "b_value": None,
-                      "difference": None, "lo": None, "hi": None, "p": None, "separated": False,
-                      "pairs": n_pairs, "seeds": 0}
-        out.append({**result, "a_name": p.a_name, "b_name": p.b_name, "why": why, "primary": True})
-    for c, adjusted in zip(out, holm([c["p"] for c in out])):
-        c["p_holm"] = adjusted
+        out.append({**_all_differences(resample, by_id.get(p.a), by_id.get(p.b), p.a, p.b), "a_name": p.a_name,
+                    "b_name": p.b_name, "why": why, "primary": True})
+    _holm_family(out, holm_metrics)
     named = {(p.a, p.b) for p in primaries} | {(p.b, p.a) for p in primaries}
     for a, b, why in declared:
         if (a, b) not in named:
-            result = paired_difference(resample, by_id[a], by_id[b])
-            out.append({**result, "a_name": by_id[a]["name"], "b_name": by_id[b]["name"], "why": why,
-                        "primary": False})
+            out.append({**_all_differences(resample, by_id[a], by_id[b], a, b), "a_name": by_id[a]["name"],
+                        "b_name": by_id[b]["name"], "why": why, "primary": False})
+    return out
+
+
+def _all_differences(resample: Resample, a: dict[str, Any] | None, b: dict[str, Any] | None, a_id: str,
+                     b_id: str) -> dict[str, Any]:
+    """:func:`paired_difference` in survival, with those in the secondary metrics under ``"secondary"``; figures of
+    None when either row has no data."""
+    def one(key: str) -> dict[str, Any]:
+        if a is not None and b is not None:
+            return paired_difference(resample, a, b, key)
+        return {"a": a_id, "b": b_id, "metric": key, "a_value": None, "b_value": None, "difference": None,
+                "lo": None, "hi": None, "p": None, "separated": False, "pairs": int(resample.pair_counts.shape[1]),
+                "seeds": 0}
+
+    return {**one("survival_rate"), "secondary": {key: one(key) for key in SECONDARY}}
+
+
+def _holm_family(primary: list[dict[str, Any]], holm_metrics: Sequence[str]) -> None:
+    """Set ``p_holm`` of each primary comparison in survival, and of its secondary differences in the metrics
+    ``holm_metrics`` names, by :func:`holm` over all of them at once (one family)."""
+    keys = [COMPARED[m] for m in holm_metrics]
+    family = [(c, key) for c in primary for key in keys]
+    figures = [c if key == "survival_rate" else c["secondary"][key] for c, key in family]
+    for figure, adjusted in zip(figures, holm([f["p"] for f in figures])):
+        figure["p_holm"] = adjusted
+    for c in primary:
+        c.setdefault("p_holm", None)
+
+
+def relative_difference(resample: Resample, a: dict[str, Any], b: dict[str, Any],
+                        key: str = "episode_reward") -> dict[str, Any]:
+    """Row ``a`` relative to row ``b`` on metric ``key``: (A − B) / |B| (a fraction; 0.222 is +22.2%), with the 95%
+    interval of the same ratio within each draw (a draw where B is 0 is left out).
+
+    Returns ``{"a", "b", "metric", "a_value", "b_value", "relative", "lo", "hi"}``.
+    """
+    va, da = resample.statistic(a, key)
+    vb, db = resample.statistic(b, key)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = (da - db) / np.abs(db)
+    lo, hi = interval(np.where(db == 0, np.nan, ratio))
+    relative = None if va is None or vb is None or vb == 0 else (va - vb) / abs(vb)
+    return {"a": a["id"], "b": b["id"], "metric": key, "a_value": va, "b_value": vb, "relative": relative,
+            "lo": lo, "hi": hi}
+
+
+def relative_differences(rows: Sequence[dict[str, Any]], seeds: Sequence[int], n_pairs: int,
+                         named: Sequence[Primary], *, draws: int = BOOTSTRAP_DRAWS,
+                         seed: int = BOOTSTRAP_SEED) -> list[dict[str, Any]]:
+    """The file's ``reward_vs`` comparisons (:func:`relative_difference` in episode reward), on the draws of
+    :func:`compare_rows`, each with its rows' names; figures of None for a row that did not run."""
+    resample = Resample.draw(seeds, n_pairs, draws, seed)
+    by_id = {r["id"]: r for r in rows if r["n"]}
+    out = []
+    for p in named:
+        if p.a in by_id and p.b in by_id:
+            result = relative_difference(resample, by_id[p.a], by_id[p.b])
+        else:
+            result = {"a": p.a, "b": p.b, "metric": "episode_reward", "a_value": None, "b_value": None,
+                      "relative": None, "lo": None, "hi": None}
+        out.append({**result, "a_name": p.a_name, "b_name": p.b_name})
     return out
 
 

@@ -34,6 +34,9 @@ class EpisodeResult:
     wall_time_s: float
     score: float | None = None
     """The L2RPN score of this episode, when computed."""
+    score_steps_survived: int | None = None
+    """Steps survived by the score's replay of this episode (grid2op's runner), when computed: equal to
+    ``steps_survived`` when the replay played the same episode."""
     decision_simulations: int | None = None
     """The simulations the agent made to decide in danger states (its safe rule's excluded); None for an agent that
     does not count them apart."""

@@ -1,16 +1,26 @@
 """The L2RPN score of an environment, computed by grid2op's own score classes on writable data copies.
 
-grid2op's score classes run reference agents (do nothing, reconnect lines) to normalise the score and cache their
-statistics inside the environment's data folder, which may be read-only (site-packages) and holds every scenario.
-So each scenario gets a private copy of the environment folder under the cache directory, holding that scenario
-only (linked, not copied), and the score class is run there with the episode's seed: one score per (scenario, seed).
+grid2op's score classes run reference agents (do nothing, and reconnect lines with overflow disconnections off) to
+normalise the score and cache their statistics inside the environment's data folder, which may be read-only
+(site-packages) and holds every scenario. That cache is keyed by the folder alone: grid2op does not check the seeds it
+was computed with ("TODO check for the seeds here too" in ``ScoreL2RPN2020._init_stat``), so a folder shared by two
+seeds of one scenario would normalise the second episode by the first one's references. So each (scenario, seed) gets
+a private copy of the environment folder under the cache directory, holding that scenario only (linked, not copied),
+and the score class is run there with the episode's seed: one score per (scenario, seed). A lock file beside each copy
+keeps two processes (``ace-hybrid experiment --jobs 2``) from making it or computing its references at once.
+
+Cost: the references (two episodes of the scenario) are computed once per copy and reused by every later score of
+that (scenario, seed); each score then replays the agent's whole episode through grid2op's runner, as long as the
+test episode itself plus a few seconds to make the copy's environment.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Callable
 
@@ -28,16 +38,32 @@ SCORE_CLASSES: dict[str, str] = {
 }
 
 
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` (created if missing) while the block runs; no lock without fcntl."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX: one process at a time is the caller's business
+        yield
+        return
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def scenario_copy(env: Any, scenario: int) -> Path:
-    """A writable copy of ``env``'s data folder that holds only scenario ``scenario`` (made once, then reused)."""
+def scenario_copy(env: Any, scenario: int, seed: int) -> Path:
+    """A writable copy of ``env``'s data folder that holds only scenario ``scenario``, for the episode seed ``seed``
+    (made once, then reused; call it under :func:`_locked` of its ``.lock`` when processes may share the cache)."""
     source = Path(env.get_path_env())
     chronics = sorted(env.chronics_handler.real_data.available_chronics())
     if not 0 <= scenario < len(chronics):
         raise IndexError(f"scenario {scenario} out of range [0, {len(chronics)})")
     chronic = Path(chronics[scenario])
-    target = cache_root() / "score_envs" / source.name / chronic.name
+    target = cache_root() / "score_envs" / source.name / f"{chronic.name}-seed{int(seed)}"
     if not (target / "chronics" / chronic.name).exists():
         tmp = target.with_name(target.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
@@ -56,9 +82,12 @@ def score_report(
     max_steps: int | None = None,
     env_name: str | None = None,
 ) -> None:
-    """Fill ``score`` of every episode of ``report`` (in place) with the environment's L2RPN score.
+    """Fill ``score`` and ``score_steps_survived`` of every episode of ``report`` (in place) with the environment's
+    L2RPN score and the steps its replay survived.
 
-    ``agent_factory(env)`` builds a fresh agent for the scored environment copy ``env``. Environments without a grid2op score
+    ``agent_factory(env)`` builds a fresh agent for the scored environment copy ``env``. The score replays the
+    episode with grid2op's runner (environment and agent seeded with the episode's seed); ``score_steps_survived``
+    equal to ``steps_survived`` says the replay played the test episode again. Environments without a grid2op score
     class get ``score_note`` saying so.
     """
     import grid2op
@@ -74,15 +103,25 @@ def score_report(
     score_cls = getattr(scores, SCORE_CLASSES[name])
     reference = make_env(name, seed=0)
     for episode in report.episodes:
-        folder = scenario_copy(reference, episode.scenario)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            env = grid2op.make(str(folder), backend=LightSimBackend())
-            scorer = score_cls(env, nb_scenario=1, env_seeds=[episode.seed], agent_seeds=[episode.seed],
-                               max_step=max_steps if max_steps else -1, verbose=0)
+            with _locked(_lock_of(reference, episode.scenario, episode.seed)):
+                folder = scenario_copy(reference, episode.scenario, episode.seed)
+                env = grid2op.make(str(folder), backend=LightSimBackend())
+                scorer = score_cls(env, nb_scenario=1, env_seeds=[episode.seed], agent_seeds=[episode.seed],
+                                   max_step=max_steps if max_steps else -1, verbose=0)
             agent = agent_factory(env)
-            all_scores, _, _ = scorer.get(agent)[:3]
+            all_scores, played, playable = scorer.get(agent)[:3]
         first = all_scores[0]
         episode.score = float(first[0] if isinstance(first, (tuple, list)) else first)
+        # grid2op counts the step on which an episode fails as played; steps_survived does not. An episode cut at
+        # max_steps has not failed (its references may have been computed on the whole episode).
+        horizon = min(int(playable[0]), max_steps) if max_steps else int(playable[0])
+        episode.score_steps_survived = int(played[0]) - int(int(played[0]) < horizon)
         env.close()
+    reference.close()
     report.score_note = f"grid2op {SCORE_CLASSES[name]}, one (scenario, seed) at a time"
+
+
+def _lock_of(env: Any, scenario: int, seed: int) -> Path:
+    return cache_root() / "score_envs" / f"{Path(env.get_path_env()).name}-{scenario}-{int(seed)}.lock"
