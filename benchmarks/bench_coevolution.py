@@ -195,29 +195,36 @@ def make_backend(args: argparse.Namespace) -> Any:
 
 
 def report(curve: dict[str, Any], problems: list[dict[str, Any]]) -> str:
-    """The curve as a table: each point's first-choice rate, its paired difference to the best position-only
-    control, the most chosen position and the fine-tuning time."""
-    keys = {problem_key(p): p for p in problems}
-    evaluation = [keys[tuple(k)] for k in curve["evaluation"]]
-    controls = ap.position_controls(evaluation)
-    best_name = max(controls, key=lambda k: controls[k].mean())
+    """The curve as a table: each point's first-choice rate (overall and per grid), its paired differences to the
+    best position-only control and to the simulation ranker, the most chosen position and the fine-tuning time."""
     from ace_hybrid.llm.rankers import Ranker
 
-    sim, _ = ap.first_choices(Ranker("sim"), evaluation, 1, desc="sim")
-    rows = [[f"control: {name}", ap.ci(v), "", "", ""] for name, v in controls.items()]
-    rows.append(["reference: simulation ranker (lowest simulated loading)", ap.ci(ap.good_rate(evaluation, sim)),
-                 "", "", ""])
+    keys = {problem_key(p): p for p in problems}
+    evaluation = [keys[tuple(k)] for k in curve["evaluation"]]
+    envs = sorted({p["env"] for p in evaluation})
+    masks = [np.array([p["env"] == e for p in evaluation]) for e in envs]
+
+    def per_grid(rate: np.ndarray) -> str:
+        return " / ".join(f"{100 * rate[m].mean():.1f}%" for m in masks)
+
+    controls = ap.position_controls(evaluation)
+    best_name = max(controls, key=lambda k: controls[k].mean())
+    sim_chosen, _ = ap.first_choices(Ranker("sim"), evaluation, 1, desc="sim")
+    sim = ap.good_rate(evaluation, sim_chosen)
+    rows = [[f"control: {name}", ap.ci(v), per_grid(v), "", "", "", ""] for name, v in controls.items()]
+    rows.append(["reference: simulation ranker (lowest simulated loading)", ap.ci(sim), per_grid(sim), "", "", "", ""])
     n = max(len(p["good"]) for p in evaluation)
     total = 0.0
     for point in curve["points"]:
         rate = ap.good_rate(evaluation, np.array(point["chosen"]))
         top, _ = ap.spread(np.array(point["position"]), n)
         total += point["finetune_seconds"]
-        rows.append([f"LLM after {point['pairs']:,} training problems", ap.ci(rate),
-                     ap.diff_ci(rate - controls[best_name]), f"{100 * top:.0f}%", f"{total / 60:.0f} min"])
+        rows.append([f"LLM after {point['pairs']:,} training problems", ap.ci(rate), per_grid(rate),
+                     ap.diff_ci(rate - controls[best_name]), ap.diff_ci(rate - sim), f"{100 * top:.0f}%",
+                     f"{total / 60:.0f} min"])
     return markdown_table(["first choice on the evaluation split", "accepted by the simulator",
-                           f"− best position-only control ({best_name}), paired", "most chosen position",
-                           "fine-tuning so far"], rows)
+                           f"per grid ({' / '.join(envs)})", f"− best position-only control ({best_name}), paired",
+                           "− simulation ranker, paired", "most chosen position", "fine-tuning so far"], rows)
 
 
 def plot(curves: dict[str, dict[str, Any]], problems: list[dict[str, Any]], path: Path) -> None:
@@ -226,6 +233,8 @@ def plot(curves: dict[str, dict[str, Any]], problems: list[dict[str, Any]], path
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from ace_hybrid.llm.rankers import Ranker
 
     keys = {problem_key(p): p for p in problems}
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
@@ -238,10 +247,12 @@ def plot(curves: dict[str, dict[str, Any]], problems: list[dict[str, Any]], path
         controls = ap.position_controls(evaluation)
         best = max(controls.values(), key=lambda v: v.mean())
         ax.axhline(100 * best.mean(), color="grey", linestyle="--", linewidth=1)
+        sim, _ = ap.first_choices(Ranker("sim"), evaluation, 1, desc="sim")
+        ax.axhline(100 * ap.good_rate(evaluation, sim).mean(), color="black", linestyle=":", linewidth=1)
     ax.set_xscale("log")
     ax.set_xlabel("training problems (log scale; 0 drawn at 10)")
     ax.set_ylabel("first choice accepted by the simulator (%)")
-    ax.set_title("Co-evolution's LoRA fine-tuning on content pairs (dashed: best position-only control)",
+    ax.set_title("LoRA fine-tuning on content pairs\n(dashed: best position-only control; dotted: simulation ranker)",
                  fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -274,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=Path("runs/coevolution"), help="parent of this curve's folder")
     p.add_argument("--name", default="", help="this curve's folder (default: from the settings)")
     p.add_argument("--plot", default="", help="comma-separated curve folders to draw into --figure, then exit")
-    p.add_argument("--figure", type=Path, default=Path("benchmarks/data/coevolution_curve.png"))
+    p.add_argument("--figure", type=Path, default=Path("docs/figures/coevolution_curve.png"))
     p.add_argument("--output", type=Path, help="markdown file whose 'coevolution' section to write")
     args = p.parse_args(argv)
     if args.backend.startswith("openai"):
@@ -318,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     (out / "report.md").write_text(text)
     if args.output:
-        update_markdown(args.output, f"coevolution-{args.format}-{args.setting}", text)
+        update_markdown(args.output, f"coevolution-{args.format}-{args.setting}-{args.split}", text)
     return 0
 
 
