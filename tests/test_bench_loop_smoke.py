@@ -45,7 +45,8 @@ def test_the_scaling_rows_are_the_env_bound_worker_rows_at_the_goals_budget() ->
     assert list(plan) == [bench_loop.LOCAL.format(n=1), bench_loop.LOCAL.format(n=2), bench_loop.RAY.format(n=1),
                           bench_loop.RAY.format(n=2)]
     assert all("train.updates_per_decision=0" in overrides for overrides in plan.values())
-    assert bench_loop.DEFAULT_STEPS == 24_000
+    # At about 1,000 env-bound steps/s per worker, a shorter run is decided by the workers' start-up (RESULTS.md).
+    assert bench_loop.DEFAULT_STEPS >= 100_000
 
 
 @pytest.mark.grid2op
