@@ -105,6 +105,7 @@ def evaluation_problems(problems: list[dict[str, Any]], split: str, limit: int) 
 
 
 def problem_key(problem: dict[str, Any]) -> tuple[str, int, int, int]:
+    """What names a problem in curve.json: its grid, scenario, episode seed and step."""
     return problem["env"], problem["scenario"], problem["seed"], len(problem["prefix"])
 
 
