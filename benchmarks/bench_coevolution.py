@@ -212,20 +212,23 @@ def report(curve: dict[str, Any], problems: list[dict[str, Any]]) -> str:
     best_name = max(controls, key=lambda k: controls[k].mean())
     sim_chosen, _ = ap.first_choices(Ranker("sim"), evaluation, 1, desc="sim")
     sim = ap.good_rate(evaluation, sim_chosen)
-    rows = [[f"control: {name}", ap.ci(v), per_grid(v), "", "", "", ""] for name, v in controls.items()]
-    rows.append(["reference: simulation ranker (lowest simulated loading)", ap.ci(sim), per_grid(sim), "", "", "", ""])
+    rows = [[f"control: {name}", ap.ci(v), per_grid(v), "", "", "", "", ""] for name, v in controls.items()]
+    rows.append(["reference: simulation ranker (lowest simulated loading)", ap.ci(sim), per_grid(sim), "", "", "", "",
+                 ""])
     n = max(len(p["good"]) for p in evaluation)
     total = 0.0
     for point in curve["points"]:
         rate = ap.good_rate(evaluation, np.array(point["chosen"]))
         top, _ = ap.spread(np.array(point["position"]), n)
         total += point["finetune_seconds"]
+        gain = rate - controls[best_name]
         rows.append([f"LLM after {point['pairs']:,} training problems", ap.ci(rate), per_grid(rate),
-                     ap.diff_ci(rate - controls[best_name]), ap.diff_ci(rate - sim), f"{100 * top:.0f}%",
-                     f"{total / 60:.0f} min"])
+                     ap.diff_ci(gain), " / ".join(ap.diff_ci(gain[m]) for m in masks), ap.diff_ci(rate - sim),
+                     f"{100 * top:.0f}%", f"{total / 60:.0f} min"])
     return markdown_table(["first choice on the evaluation split", "accepted by the simulator",
                            f"per grid ({' / '.join(envs)})", f"− best position-only control ({best_name}), paired",
-                           "− simulation ranker, paired", "most chosen position", "fine-tuning so far"], rows)
+                           "the same, per grid", "− simulation ranker, paired", "most chosen position",
+                           "fine-tuning so far"], rows)
 
 
 def plot(curves: dict[str, dict[str, Any]], problems: list[dict[str, Any]], path: Path) -> None:
