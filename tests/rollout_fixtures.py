@@ -11,7 +11,8 @@ import time
 import numpy as np
 
 from ace_hybrid.config import Config
-from ace_hybrid.training.rollout import TIMERS, Budget, PolicyWeights, TransitionBatch, WorkerSpec
+from ace_hybrid.training.dealer import Budget
+from ace_hybrid.training.rollout import TIMERS, PolicyWeights, TransitionBatch, WorkerSpec
 from ace_hybrid.training.run import Pending
 
 

@@ -24,7 +24,8 @@ from ace_hybrid.training.checkpoint import load_checkpoint_file  # noqa: E402
 from ace_hybrid.training.executors import LocalExecutor, RayExecutor, WorkerError  # noqa: E402
 from ace_hybrid.training import loop  # noqa: E402
 from ace_hybrid.training.loop import train  # noqa: E402
-from ace_hybrid.training.rollout import Budget, Dealer, episode_of, exploration_seed  # noqa: E402
+from ace_hybrid.training.dealer import Budget, Dealer  # noqa: E402
+from ace_hybrid.training.rollout import episode_of, exploration_seed  # noqa: E402
 
 import rollout_fixtures as fx  # noqa: E402 (tests/ is on sys.path: see conftest.py)
 from process_fixtures import assert_children_exit_with_parent, start_cli_training, wait_for_checkpoint  # noqa: E402
