@@ -48,8 +48,8 @@ One actor per worker (``num_cpus=1``), created (and preparing its grid) before t
 ``collect`` calls in flight each, so an actor starts its next batch
 while the learner reads the last; a worker's batches are read in the order it made them, as locally. The dealer is
 one more actor (``num_cpus=0``, created with the workers; its process imports only
-:mod:`ace_hybrid.training.dealer`), asked once per batch and once per episode. Policies are put once in the object
-store and sent by reference; an actor applies one after the calls already queued. If Ray is not running, a local
+:mod:`ace_hybrid.training.dealer`), asked once per batch (a batch ahead) and once per episode. Policies are put once
+in the object store and sent by reference; an actor applies one after the calls already queued. If Ray is not running, a local
 instance is started with one CPU per worker (or per core, if more) and stopped at ``close``; its workers find this
 ace_hybrid through the ``PYTHONPATH`` they inherit (not a ``runtime_env``, which would keep them from reusing the
 worker processes Ray starts ahead: about 0.5 s more per actor on 2 cores). ``train.ray_address`` joins a cluster
@@ -394,15 +394,23 @@ class _RayWorker:
 
 
 class _RemoteDealer:
-    """A worker's handle on the dealer actor (one call per batch and per episode)."""
+    """A worker's handle on the dealer actor: one call per episode, and one per batch asked a batch ahead, so that
+    the next grant travels while this batch steps (a round trip between actors costs milliseconds on a loaded
+    machine). The grant asked ahead is the worker's as if it had asked then: every grant is used, none is dropped."""
 
     def __init__(self, actor: Any) -> None:
         self.actor = actor
+        self._ahead: Any = None
+        """The next grant's call in flight, or None."""
 
     def steps(self, want: int) -> Grant:
         import ray
 
-        return ray.get(self.actor.steps.remote(want))
+        ahead, self._ahead = self._ahead, None
+        grant = ray.get(ahead if ahead is not None else self.actor.steps.remote(want))
+        if grant.steps and not grant.last:  # none ahead of a wait at a budget (the worker polls) or of the end
+            self._ahead = self.actor.steps.remote(want)
+        return grant
 
     def episode(self) -> int:
         import ray
