@@ -49,12 +49,12 @@ One actor per worker (``num_cpus=1``), created (and preparing its grid) before t
 while the learner reads the last; a worker's batches are read in the order it made them, as locally. The dealer is
 one more actor (``num_cpus=0``, created with the workers; its process imports only
 :mod:`ace_hybrid.training.dealer`), asked once per batch (a batch ahead) and once per episode. Policies are put once
-in the object store and sent by reference; an actor applies one after the calls already queued. If Ray is not running, a local
-instance is started with one CPU per worker (or per core, if more) and stopped at ``close``; its workers find this
-ace_hybrid through the ``PYTHONPATH`` they inherit (not a ``runtime_env``, which would keep them from reusing the
-worker processes Ray starts ahead: about 0.5 s more per actor on 2 cores). ``train.ray_address`` joins a cluster
-instead, whose nodes need ace_hybrid and the Grid2Op data. Actors are owned by the learner's process: Ray
-stops them when it exits or dies.
+in the object store and sent by reference; an actor applies one after the calls already queued. If Ray is not
+running, a local instance is started with one CPU per worker (or per core, if more) and stopped at ``close``; its
+workers find this ace_hybrid through the ``PYTHONPATH`` they inherit (not a ``runtime_env``, which would keep them
+from reusing the worker processes Ray starts ahead: about 0.5 s more per actor on 2 cores). ``train.ray_address``
+joins a cluster instead, whose nodes need ace_hybrid and the Grid2Op data. Actors are owned by the learner's
+process: Ray stops them when it exits or dies.
 """
 
 from __future__ import annotations
