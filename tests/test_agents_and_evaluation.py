@@ -154,6 +154,65 @@ def test_a_cut_episode_scored_against_whole_references_survived_every_step(make_
         assert report.episodes[0].score_steps_survived == report.episodes[0].steps_survived == (cut or 575)
 
 
+def test_an_episode_that_starts_late_is_evaluated_and_scored_from_its_start(tmp_path) -> None:
+    """With env.start_spread the seed moves the episode's start: survival counts the steps left from there, and the
+    score replays the same episode on a copy whose time series begin at that step."""
+    import grid2op
+    from lightsim2grid import LightSimBackend
+
+    from ace_hybrid.grid.env import episode_start, make_env
+    from ace_hybrid.grid.scores import score_report
+
+    env = make_env("l2rpn_case14_sandbox", seed=0, start_spread=288)
+    try:
+        start = episode_start(env, 100)
+        report = evaluate(env, make_agent("do-nothing", env), [(0, 100)], progress=False)
+        episode = report.episodes[0]
+        assert episode.start_step == start > 0 and episode.max_steps == 575 - start == episode.steps_survived
+        cut = evaluate(env, make_agent("do-nothing", env), [(0, 100)], max_steps=20, progress=False)
+        score_report(cut, lambda e: make_agent("do-nothing", e), max_steps=20)
+        assert cut.episodes[0].score_steps_survived == cut.episodes[0].steps_survived == 20
+        assert np.isfinite(cut.episodes[0].score)
+        copies = list((cache_root_of_scores() / "l2rpn_case14_sandbox").glob(f"*-seed100-start{start}"))
+        assert len(copies) == 1
+        copy = grid2op.make(str(copies[0]), backend=LightSimBackend())
+        try:
+            assert int(copy.max_episode_duration()) == 575 - start
+            np.testing.assert_allclose(copy.reset(seed=100).load_p, reset_episode(env, 0, 100).load_p, rtol=1e-5)
+        finally:
+            copy.close()
+    finally:
+        env.close()
+
+
+def test_a_late_start_copy_keeps_the_maintenance_its_episode_drew(make_grid_env) -> None:
+    """l2rpn_wcci_2020 draws maintenance over the whole scenario from the episode seed (seed 100 draws some): the
+    score's copy starting at step 500 reads the same maintenance from there, not a new draw over fewer days."""
+    import grid2op
+    from lightsim2grid import LightSimBackend
+
+    from ace_hybrid.grid.scores import scenario_copy
+
+    env = make_grid_env("l2rpn_wcci_2020")
+    folder = scenario_copy(env, 0, 100, 500)
+    reset_episode(env, 0, 100)
+    drawn = env.chronics_handler.real_data.data.maintenance
+    assert drawn[500:].any()
+    copy = grid2op.make(str(folder), backend=LightSimBackend())
+    try:
+        copy.reset(seed=100)
+        np.testing.assert_array_equal(copy.chronics_handler.real_data.data.maintenance, drawn[500:])
+        assert int(copy.max_episode_duration()) == 2878 - 500
+    finally:
+        copy.close()
+
+
+def cache_root_of_scores():
+    from ace_hybrid.files import cache_root
+
+    return cache_root() / "score_envs"
+
+
 def test_safe_rule_reverts_a_split_substation(make_grid_env) -> None:
     from ace_hybrid.grid.catalog import ActionCatalog
 

@@ -253,6 +253,35 @@ def test_a_renamed_configuration_key_leaves_finished_cells_and_runs_valid(finish
     assert result["ran"] == ["sac-only-alone-seed0"] and result["cells"][0]["train"]["resumed"]
 
 
+def test_an_added_configuration_key_at_its_default_leaves_finished_cells_and_runs_valid(finished,
+                                                                                       tmp_path: Path) -> None:
+    """env.start_spread came after runs were saved: at its default (0) a fingerprint leaves it out and a run whose
+    config.json lacks it is the same run; at another value it is a different configuration."""
+    path, out, _ = finished
+    import shutil
+
+    spec = ex.load_experiment(path)
+    cfg = spec.row_config(spec.rows[1], 0)
+    assert "start_spread" not in ex.cells._settings(cfg)["env"]
+    spread = ex.load_experiment(path, ["env.start_spread=50"])
+    assert ex.cells._settings(spread.row_config(spread.rows[1], 0))["env"]["start_spread"] == 50
+    copy = tmp_path / "out"
+    shutil.copytree(out, copy)
+    saved = copy / "runs" / "sac-only-seed0" / "config.json"
+    old = json.loads(saved.read_text())
+    del old["env"]["start_spread"]  # as written before the key was added
+    saved.write_text(json.dumps(old))
+    (copy / "cells" / "sac-only-alone-seed0.json").unlink()
+    (copy / "cells" / "sac-only-top2-seed0.json").unlink()
+    result = ex.run_experiment(ex.load_experiment(path, rows=["sac-only-alone"], seeds=[0]), copy, progress=False)
+    assert result["ran"] == ["sac-only-alone-seed0"] and result["cells"][0]["train"]["resumed"]
+    for cell in ("sac-only-alone-seed0", "sac-only-top2-seed0"):
+        (copy / "cells" / f"{cell}.json").unlink(missing_ok=True)
+    with pytest.raises(ValueError, match=r"another configuration \(env.start_spread: (0|None) in the run, 50 now\)"):
+        ex.run_experiment(ex.load_experiment(path, ["env.start_spread=50"], rows=["sac-only-alone"], seeds=[0]),
+                          copy, progress=False)
+
+
 def test_on_validation_tests_every_row_apart_and_reuses_the_trained_runs(finished, tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     import shutil

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 pytest.importorskip("grid2op")
-from ace_hybrid.grid.env import SUPPORTED_ENVS, available_envs, choose_dataset, make_env, n_scenarios, reset_episode
+from ace_hybrid.grid.env import (SUPPORTED_ENVS, available_envs, choose_dataset, episode_start, make_env, n_scenarios,
+                                 playable_steps, reset_episode)
 
 pytestmark = pytest.mark.grid2op
 
@@ -55,3 +56,49 @@ def test_scenario_out_of_range_is_an_index_error(make_grid_env) -> None:
     with pytest.raises(IndexError, match=r"scenario 99 out of range \[0, "):
         reset_episode(env, 99, 0)
     assert n_scenarios(env) >= 1
+
+
+def _do_nothing_rhos(env, scenario: int, seed: int, steps: int = 10) -> np.ndarray:
+    reset_episode(env, scenario, seed)
+    return np.array([env.step(env.action_space({}))[0].rho.copy() for _ in range(steps)])
+
+
+def test_without_an_opponent_only_a_start_spread_makes_a_seed_change_the_episode(make_grid_env) -> None:
+    """l2rpn_case14_sandbox has no opponent: seeds 100 and 101 of a scenario are one episode, unless the seed also
+    chooses where it starts; then the episode is the scenario from that step, with that many fewer steps to play."""
+    plain = make_grid_env("l2rpn_case14_sandbox")
+    np.testing.assert_array_equal(_do_nothing_rhos(plain, 0, 100), _do_nothing_rhos(plain, 0, 101))
+    assert playable_steps(plain) == 575 and episode_start(plain, 100) == 0
+    spread = make_env("l2rpn_case14_sandbox", seed=0, start_spread=288)
+    try:
+        starts = [episode_start(spread, s) for s in (100, 101)]
+        assert starts[0] != starts[1] and all(0 <= k < 288 for k in starts)
+        assert not np.array_equal(_do_nothing_rhos(spread, 0, 100), _do_nothing_rhos(spread, 0, 101))
+        np.testing.assert_array_equal(_do_nothing_rhos(spread, 0, 100), _do_nothing_rhos(spread, 0, 100))
+        reset_episode(spread, 0, 100)
+        assert spread.ace_episode_start == starts[0] and playable_steps(spread) == 575 - starts[0]
+        # the start is the plain episode's step: the same loads there
+        first = reset_episode(spread, 0, 100)
+        reset_episode(plain, 0, 100)
+        for _ in range(starts[0]):
+            obs, *_ = plain.step(plain.action_space({}))
+        np.testing.assert_allclose(first.load_p, obs.load_p, rtol=1e-5)
+    finally:
+        spread.close()
+
+
+def test_episode_starts_are_spread_over_the_range_and_fixed_by_the_seed() -> None:
+    from types import SimpleNamespace
+
+    env = SimpleNamespace(ace_start_spread=288)
+    starts = [episode_start(env, s) for s in range(100, 132)]
+    assert starts == [episode_start(env, s) for s in range(100, 132)]
+    assert all(0 <= k < 288 for k in starts) and len(set(starts)) >= 28  # 32 seeds, few collisions
+    assert min(starts) < 288 / 4 and max(starts) > 3 * 288 / 4
+    assert episode_start(SimpleNamespace(ace_start_spread=0), 123) == 0
+
+
+def test_a_start_spread_as_long_as_a_scenario_is_refused() -> None:
+    pytest.importorskip("lightsim2grid")
+    with pytest.raises(ValueError, match=r"start_spread = 575 out of range \[0, 575\) for l2rpn_case14_sandbox"):
+        make_env("l2rpn_case14_sandbox", seed=0, start_spread=575)

@@ -155,6 +155,8 @@ def test_the_grid_files_are_valid_and_complete(path: Path) -> None:
     assert spec.ace_overrides == make_run.ace_overrides
     assert (ours["ace"], ours["llm"]) == (theirs["ace"], theirs["llm"])
     assert states_its_status(text)
+    # Without an opponent a seed alone does not make a new episode there: it chooses the episode's start.
+    assert (cfg.env.start_spread > 0) == (path.stem in ("grid_case14", "grid_wcci_2020"))
     if path.stem == "grid_wcci_2020":
         assert [(p.a_name, p.b_name) for p in spec.reward_vs] == [("ACE (policy alone)",
                                                                    "Expert-guided RL (policy alone)")]
@@ -175,6 +177,8 @@ def test_the_action_set_studies_compare_sets_on_validation_pairs_of_their_grid(p
     sets = [spec.row_config(row, 0).env.action_set for row in trained]
     assert {row.kind for row in trained} == {"sac-only"} and len(set(sets)) == len(sets) >= 2 and "tutor:50" in sets
     assert spec.seeds == [0] and {spec.row_config(row, 0).train.total_env_steps for row in trained} == {10000}
+    grid_cfg = grid.row_config(next(r for r in grid.rows if r.kind == "sac-only"), 0)
+    assert {spec.row_config(row, 0).env.start_spread for row in trained} == {grid_cfg.env.start_spread}
     assert "--on validation" in path.read_text() and states_its_status(path.read_text())
 
 

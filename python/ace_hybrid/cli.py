@@ -225,6 +225,9 @@ def _add_evaluate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     ev.add_argument("--seeds", type=_int_list, default=[0],
                     help="episode seeds: one for all scenarios or one per scenario (default 0)")
     ev.add_argument("--env-seed", type=int, default=0, help="seed of the environment's own generators (default 0)")
+    ev.add_argument("--start-spread", type=int, default=0, metavar="N",
+                    help="with N > 0 the episode seed also chooses the step its episode starts at, in [0, N) "
+                         "(env.start_spread of a configuration; default 0: the scenario's first step)")
     ev.add_argument("--max-steps", type=int, default=None, help="cut every episode after this many steps")
     ev.add_argument("--threshold", type=float, default=0.9, help="danger threshold on max rho (default 0.9)")
     ev.add_argument("--budget", type=int, default=30, help="greedy expert: simulations per decision (default 30)")
@@ -370,7 +373,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from ace_hybrid.grid.env import make_env
 
     pairs = parse_pairs(args.episodes, args.seeds)
-    env = make_env(args.env, seed=args.env_seed)
+    env = make_env(args.env, seed=args.env_seed, start_spread=args.start_spread)
     agent = make_agent(args.agent, env, threshold=args.threshold, budget=args.budget, topk=args.topk)
     report = evaluate(env, agent, pairs, agent_name=args.agent, max_steps=args.max_steps,
                       progress=not args.no_progress)

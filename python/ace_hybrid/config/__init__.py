@@ -15,17 +15,17 @@ from __future__ import annotations
 from ace_hybrid.config.ace import ACTOR_RANKERS, QUEUE_OVERFLOW, ACEConfig
 from ace_hybrid.config.env import EnvConfig, RewardConfig, parse_action_set
 from ace_hybrid.config.llm import BACKENDS, LLMConfig
-from ace_hybrid.config.loading import (RENAMED, config_from_dict, describe_fields, load_config, parse_override,
-                                       read_toml, renamed_keys)
+from ace_hybrid.config.loading import (ADDED, RENAMED, config_from_dict, describe_fields, load_config,
+                                       parse_override, read_toml, renamed_keys, without_added_defaults)
 from ace_hybrid.config.replay import ReplayConfig
 from ace_hybrid.config.root import Config
 from ace_hybrid.config.sac import HEADS, SACConfig
 from ace_hybrid.config.train import EXECUTORS, MAX_WORKERS, LogConfig, TrainConfig
 
 __all__ = [
-    "ACTOR_RANKERS", "BACKENDS", "EXECUTORS", "HEADS", "MAX_WORKERS", "QUEUE_OVERFLOW", "RENAMED",
+    "ACTOR_RANKERS", "ADDED", "BACKENDS", "EXECUTORS", "HEADS", "MAX_WORKERS", "QUEUE_OVERFLOW", "RENAMED",
     "ACEConfig", "Config", "EnvConfig", "LLMConfig", "LogConfig", "ReplayConfig", "RewardConfig", "SACConfig",
     "TrainConfig",
     "config_from_dict", "describe_fields", "load_config", "parse_action_set", "parse_override", "read_toml",
-    "renamed_keys",
+    "renamed_keys", "without_added_defaults",
 ]

@@ -40,6 +40,11 @@ class EnvConfig:
     """Cut training episodes after this many environment steps (0: the scenario's full length)."""
     eval_max_steps: int = 0
     """Cut evaluation episodes after this many steps (0: full length)."""
+    start_spread: int = 0
+    """When > 0, the episode seed also chooses where the episode starts in its scenario: a step in
+    [0, start_spread), the same for every agent given the seed (0: every episode starts at the scenario's first
+    step). Without an opponent a seed changes nothing else, so on such grids (l2rpn_case14_sandbox, l2rpn_wcci_2020)
+    this is what makes (scenario, seed) pairs different episodes; survival counts the steps left after the start."""
     deploy_topk: int = 8
     """At evaluation, the policy's k most likely legal actions and do nothing are checked with one obs.simulate
     each and the safest is played (0: play the policy's most likely action unchecked)."""
@@ -57,6 +62,7 @@ class EnvConfig:
                self.eval_pairs, "must be a non-empty list of [scenario, seed]")
         check(self.max_episode_steps >= 0, "env.max_episode_steps", self.max_episode_steps, "must be >= 0")
         check(self.eval_max_steps >= 0, "env.eval_max_steps", self.eval_max_steps, "must be >= 0")
+        check(0 <= self.start_spread <= 1_000_000, "env.start_spread", self.start_spread, "must be in [0, 1000000]")
         check(self.deploy_topk >= 0, "env.deploy_topk", self.deploy_topk, "must be >= 0")
         parse_action_set(self.action_set)
         check(1 <= self.action_set_states <= 1_000_000, "env.action_set_states", self.action_set_states,

@@ -17,12 +17,16 @@ else:  # pragma: no cover - Python 3.10
 
 from ace_hybrid.config.root import Config
 
-__all__ = ["RENAMED", "config_from_dict", "describe_fields", "load_config", "parse_override", "read_toml",
-           "renamed_keys"]
+__all__ = ["ADDED", "RENAMED", "config_from_dict", "describe_fields", "load_config", "parse_override", "read_toml",
+           "renamed_keys", "without_added_defaults"]
 
 RENAMED = {"replay.llm_capacity": "replay.validated_capacity"}
 """Configuration keys that were renamed, old -> new. A file or an override with an old key is refused with a ValueError
 naming the new one; a configuration saved under an old key (a checkpoint's) is read under the new one."""
+
+ADDED = {"env.start_spread": 0}
+"""Configuration keys added after runs were saved, with the value that does what was done before them. At that value
+:func:`without_added_defaults` leaves them out, so that runs and experiment cells saved before them stay valid."""
 
 
 def _coerce(value: Any, annotation: Any, name: str) -> Any:
@@ -140,6 +144,17 @@ def renamed_keys(data: dict[str, Any], *, first_names: bool = False) -> dict[str
         values = out.get(b_section)
         if isinstance(values, dict) and b_key in values:
             out.setdefault(a_section, {}).setdefault(a_key, values.pop(b_key))
+    return out
+
+
+def without_added_defaults(data: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a configuration dictionary without the keys of :data:`ADDED` that hold their default."""
+    out = {section: dict(values) if isinstance(values, dict) else values for section, values in data.items()}
+    for name, default in ADDED.items():
+        section, key = name.split(".")
+        values = out.get(section)
+        if isinstance(values, dict) and values.get(key, default) == default:
+            values.pop(key, None)
     return out
 
 

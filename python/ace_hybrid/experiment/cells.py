@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ace_hybrid.config import Config, renamed_keys
+from ace_hybrid.config import Config, renamed_keys, without_added_defaults
 from ace_hybrid.experiment.metrics import episode_metrics
 from ace_hybrid.experiment.ppo_settings import PPOSettings
 from ace_hybrid.experiment.spec import ExperimentSpec, RowSpec
@@ -44,7 +44,7 @@ def run_dir_of(row: RowSpec, seed: int | None) -> str:
 
 def _settings(cfg: Config) -> dict[str, Any]:
     # Renamed keys under their first names: a rename does not change what a cell computes, nor its fingerprint.
-    settings = renamed_keys(json.loads(json.dumps(cfg.to_dict())), first_names=True)
+    settings = without_added_defaults(renamed_keys(json.loads(json.dumps(cfg.to_dict())), first_names=True))
     settings.pop("log", None)
     return settings
 
@@ -100,8 +100,8 @@ def baseline_agent(kind: str, env: Any, cfg: Config, greedy_budget: int) -> Any:
 def _check_same_run(run_dir: Path, saved: dict[str, Any], cfg: Config, extra: dict[str, Any] | None = None) -> None:
     """ValueError when the run in ``run_dir`` (its saved configuration) was made otherwise than ``cfg`` (logging
     settings aside) and ``extra`` (settings beside the configuration, e.g. MaskablePPO's)."""
-    now = {**json.loads(json.dumps(cfg.to_dict())), **(extra or {})}
-    saved = renamed_keys(saved)  # a run saved before a key was renamed
+    now = without_added_defaults({**json.loads(json.dumps(cfg.to_dict())), **(extra or {})})
+    saved = without_added_defaults(renamed_keys(saved))  # a run saved before a key was renamed or added
     for settings in (saved, now):
         settings.pop("log", None)
     if saved != now:

@@ -234,9 +234,9 @@ def _finished_trainings(out: Path) -> dict[tuple[str, str], dict[str, Any]]:
 
 def _test_env(spec: ExperimentSpec, cfg: Config) -> Any:
     """The environment the test (or validation) episodes are played on; checks their scenarios exist."""
-    from ace_hybrid.grid.env import make_env, n_scenarios
+    from ace_hybrid.grid.env import make_config_env, n_scenarios
 
-    env = make_env(cfg.env.name, seed=cfg.env.env_seed)
+    env = make_config_env(cfg)
     count = n_scenarios(env)
     for scenario, seed in spec.pairs:
         if not 0 <= scenario < count:

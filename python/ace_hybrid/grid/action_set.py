@@ -134,7 +134,10 @@ def select_by_tutor(env: Any, catalog: ActionCatalog, n: int, pairs: Sequence[tu
     key = json.dumps({"signature": catalog.signature, "n": n, "pairs": [list(map(int, p)) for p in pairs],
                       "threshold": threshold, "candidates": candidates, "per_state": per_state,
                       "max_states": max_states,
-                      "max_steps": max_steps, "version": 1}, sort_keys=True)
+                      "max_steps": max_steps, "version": 1,
+                      # added only when on: sets selected before episode starts could move stay cached
+                      **({"start_spread": env.ace_start_spread} if getattr(env, "ace_start_spread", 0) else {})},
+                     sort_keys=True)
     path = cache_root() / "catalogs" / f"actionset-{hashlib.sha256(key.encode()).hexdigest()[:16]}.npy"
     if cache and path.is_file():
         return np.load(path)

@@ -87,6 +87,7 @@ def make_env(
     seed: int,
     backend: Literal["lightsim", "pandapower"] = "lightsim",
     dataset: Dataset = "auto",
+    start_spread: int = 0,
     **kwargs: Any,
 ) -> Any:
     """Make a Grid2Op environment.
@@ -102,6 +103,9 @@ def make_env(
         ``"lightsim"`` (lightsim2grid, fast, the default) or ``"pandapower"``.
     dataset
         ``"auto"`` uses the full dataset when installed and the offline copy otherwise.
+    start_spread
+        When > 0, :func:`reset_episode` starts the episode of seed s at step :func:`episode_start` (s) of its
+        scenario, in [0, start_spread); it must be shorter than the scenarios.
     **kwargs
         Passed to ``grid2op.make`` (e.g. ``param=``, ``opponent_class=``).
     """
@@ -126,7 +130,21 @@ def make_env(
     env.seed(int(seed))
     logger.info("environment %s", choice.describe())
     env.ace_dataset = choice  # which copy is in use travels with the env
+    if start_spread:  # an episode must have a step to play
+        shortest = min(_scenario_length(env, s) for s in range(n_scenarios(env)))
+        if not 0 < start_spread < shortest:
+            env.close()
+            raise ValueError(f"start_spread = {start_spread} out of range [0, {shortest}) for {name} (its shortest "
+                             f"scenario has {shortest} steps)")
+    env.ace_start_spread = int(start_spread)
+    env.ace_episode_start = 0
     return env
+
+
+def make_config_env(cfg: Any) -> Any:
+    """The environment of a run's configuration (a :class:`~ace_hybrid.config.Config`): its grid, generator seed and
+    episode starts."""
+    return make_env(cfg.env.name, seed=cfg.env.env_seed, start_spread=cfg.env.start_spread)
 
 
 def n_scenarios(env: Any) -> int:
@@ -134,14 +152,45 @@ def n_scenarios(env: Any) -> int:
     return len(env.chronics_handler.real_data.available_chronics())
 
 
+def _scenario_length(env: Any, scenario: int) -> int:
+    env.set_id(int(scenario))  # the next reset's; max_episode_duration reads the scenario loaded
+    env.reset()
+    return int(env.max_episode_duration())
+
+
+def episode_start(env: Any, seed: int) -> int:
+    """The step of its scenario where the episode of seed ``seed`` starts: 0, or with ``start_spread`` > 0 (see
+    :func:`make_env`) a step in [0, start_spread) hashed from the seed (splitmix64's mixer: consecutive seeds start
+    at unrelated steps, the same on every machine and numpy version)."""
+    spread = int(getattr(env, "ace_start_spread", 0))
+    if not spread:
+        return 0
+    mask = 2**64 - 1
+    x = (int(seed) + 0x9E3779B97F4A7C15) & mask
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & mask
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & mask
+    return (x ^ (x >> 31)) % spread
+
+
+def playable_steps(env: Any) -> int:
+    """Steps of the current episode from its start to the end of its scenario (after :func:`reset_episode`)."""
+    return int(env.max_episode_duration()) - int(getattr(env, "ace_episode_start", 0))
+
+
 def reset_episode(env: Any, scenario: int, seed: int) -> Any:
     """Reset ``env`` to scenario ``scenario`` with episode seed ``seed`` and return the first observation.
 
-    Seeds change opponents and maintenance, hence results: an episode is the pair (scenario, seed).
+    Seeds change opponents and maintenance, hence results: an episode is the pair (scenario, seed). With a
+    ``start_spread`` the seed also chooses the step the episode starts at (:func:`episode_start`).
     """
     count = n_scenarios(env)
     if not 0 <= scenario < count:
         raise IndexError(f"scenario {scenario} out of range [0, {count}) for {env.env_name}")
     if seed < 0:
         raise ValueError(f"seed {seed} must be >= 0")
-    return env.reset(seed=int(seed), options={"time serie id": int(scenario)})
+    start = episode_start(env, seed)
+    options: dict[str, int] = {"time serie id": int(scenario)}
+    if start:  # grid2op takes "init ts" >= 1 only
+        options["init ts"] = start
+    env.ace_episode_start = start
+    return env.reset(seed=int(seed), options=options)

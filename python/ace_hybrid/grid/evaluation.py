@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from ace_hybrid.files import atomic_write_json, atomic_write_text
-from ace_hybrid.grid.env import reset_episode
+from ace_hybrid.grid.env import episode_start, playable_steps, reset_episode
 
 
 @dataclass
@@ -40,6 +40,8 @@ class EpisodeResult:
     decision_simulations: int | None = None
     """The simulations the agent made to decide in danger states (its safe rule's excluded); None for an agent that
     does not count them apart."""
+    start_step: int = 0
+    """The step of its scenario the episode started at (``env.start_spread``); ``max_steps`` counts from there."""
 
     @property
     def survival_rate(self) -> float:
@@ -136,7 +138,7 @@ def play_episode(
     decisions0 = getattr(agent, "decisions", 0)
     sims0 = getattr(agent, "total_simulations", 0)
     decision_sims0 = getattr(agent, "simulations", None)
-    horizon = int(env.max_episode_duration())
+    horizon = playable_steps(env)
     if max_steps is not None:
         if max_steps <= 0:
             raise ValueError(f"max_steps = {max_steps} out of range [1, inf)")
@@ -165,6 +167,7 @@ def play_episode(
         simulations=getattr(agent, "total_simulations", 0) - sims0,
         wall_time_s=time.perf_counter() - started,
         decision_simulations=None if decision_sims0 is None else int(agent.simulations) - int(decision_sims0),
+        start_step=int(getattr(env, "ace_episode_start", 0)),
     )
 
 
@@ -183,7 +186,8 @@ def evaluate(
         raise ValueError("pairs is empty: give at least one (scenario, seed)")
     name = env.ace_dataset.name if hasattr(env, "ace_dataset") else str(env.env_name)
     report = EvaluationReport(env_name=name, agent_name=agent_name or getattr(agent, "name", "agent"))
-    total = sum(min(int(env.max_episode_duration()), max_steps or 10**12) for _ in pairs)
+    total = sum(min(int(env.max_episode_duration()) - episode_start(env, seed), max_steps or 10**12)
+                for _, seed in pairs)
     bar = _progress(total, f"{report.agent_name} on {report.env_name}", progress)
     for scenario, seed in pairs:
         report.episodes.append(play_episode(env, agent, scenario, seed, max_steps=max_steps, on_step=bar.update))

@@ -68,6 +68,9 @@ class GridGymEnv(gym.Env):
         None: every episode's scenario and seed are drawn from the reset's generator. An integer: the k-th episode
         this environment plays (reset attempts included) is ``(scenarios[k % len(scenarios)], seed_start + k)``, the
         order a training run plays its episodes in (``env.train_seed_start``).
+    start_spread
+        When > 0, an episode's seed also chooses the step of its scenario it starts at, in [0, start_spread) (a
+        configuration's ``env.start_spread``; see :func:`~ace_hybrid.grid.env.make_env`).
 
     Notes
     -----
@@ -92,6 +95,7 @@ class GridGymEnv(gym.Env):
         reward: RewardConfig | None = None,
         action_indices: Sequence[int] | None = None,
         seed_start: int | None = None,
+        start_spread: int = 0,
     ) -> None:
         from ace_hybrid.grid.catalog import ActionCatalog
 
@@ -99,7 +103,7 @@ class GridGymEnv(gym.Env):
             raise ValueError(f"max_steps = {max_steps} out of range [1, inf)")
         self.reward_cfg = reward if reward is not None else RewardConfig()
         self.reward_cfg.validate()
-        self.grid = make_env(env_name, seed=env_seed)
+        self.grid = make_env(env_name, seed=env_seed, start_spread=start_spread)
         self.catalog = ActionCatalog.for_env(self.grid)
         self.features = ObservationFeatures(self.grid)
         self.safe_rule = SafeRule(self.grid.action_space, threshold=threshold)
@@ -124,11 +128,11 @@ class GridGymEnv(gym.Env):
     def from_config(cls, cfg: Config) -> GridGymEnv:
         """The environment a training run of ``cfg`` acts in: its grid, action set (``env.action_set``; a "tutor:N"
         set is selected on the training scenarios, cached), training episodes in order (``env.train_scenarios``,
-        seeds from ``env.train_seed_start``), threshold, episode cap (``env.max_episode_steps``, 0 for none) and
-        reward."""
+        seeds from ``env.train_seed_start``, starts spread by ``env.start_spread``), threshold, episode cap
+        (``env.max_episode_steps``, 0 for none) and reward."""
         env = cls(cfg.env.name, env_seed=cfg.env.env_seed, scenarios=list(cfg.env.train_scenarios),
                   threshold=cfg.env.threshold, max_steps=cfg.env.max_episode_steps or None, reward=cfg.reward,
-                  seed_start=cfg.env.train_seed_start)
+                  seed_start=cfg.env.train_seed_start, start_spread=cfg.env.start_spread)
         if parse_action_set(cfg.env.action_set) is not None:  # the selection plays the grid: before any episode
             env.use_actions(action_set_indices(cfg, env.grid, env.catalog))
         return env

@@ -6,8 +6,10 @@ normalise the score and cache their statistics inside the environment's data fol
 was computed with ("TODO check for the seeds here too" in ``ScoreL2RPN2020._init_stat``), so a folder shared by two
 seeds of one scenario would normalise the second episode by the first one's references. So each (scenario, seed) gets
 a private copy of the environment folder under the cache directory, holding that scenario only (linked, not copied),
-and the score class is run there with the episode's seed: one score per (scenario, seed). A lock file beside each copy
-keeps two processes (``ace-hybrid experiment --jobs 2``) from making it or computing its references at once.
+and the score class is run there with the episode's seed: one score per (scenario, seed). An episode that starts past
+its scenario's first step (``env.start_spread``) is scored on a copy whose time series start at that step: the score
+classes replay episodes from the data's first step only. A lock file beside
+each copy keeps two processes (``ace-hybrid experiment --jobs 2``) from making it or computing its references at once.
 
 Cost: the references (two episodes of the scenario) are computed once per copy and reused by every later score of
 that (scenario, seed); each score then replays the agent's whole episode through grid2op's runner, as long as the
@@ -17,6 +19,7 @@ test episode itself plus a few seconds to make the copy's environment.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 import shutil
 import warnings
@@ -55,24 +58,77 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def scenario_copy(env: Any, scenario: int, seed: int) -> Path:
-    """A writable copy of ``env``'s data folder that holds only scenario ``scenario``, for the episode seed ``seed``
-    (made once, then reused; call it under :func:`_locked` of its ``.lock`` when processes may share the cache)."""
+def scenario_copy(env: Any, scenario: int, seed: int, start: int = 0) -> Path:
+    """A writable copy of ``env``'s data folder that holds only scenario ``scenario``, for the episode seed ``seed``,
+    its time series from step ``start`` on (made once, then reused; call it under :func:`_locked` of its ``.lock``
+    when processes may share the cache)."""
     source = Path(env.get_path_env())
     chronics = sorted(env.chronics_handler.real_data.available_chronics())
     if not 0 <= scenario < len(chronics):
         raise IndexError(f"scenario {scenario} out of range [0, {len(chronics)})")
+    if start < 0:
+        raise ValueError(f"start = {start} out of range [0, inf)")
     chronic = Path(chronics[scenario])
-    target = cache_root() / "score_envs" / source.name / f"{chronic.name}-seed{int(seed)}"
+    target = cache_root() / "score_envs" / source.name / (f"{chronic.name}-seed{int(seed)}"
+                                                          + (f"-start{int(start)}" if start else ""))
     if not (target / "chronics" / chronic.name).exists():
         tmp = target.with_name(target.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.copytree(source, tmp, ignore=shutil.ignore_patterns("chronics", "_statistics_*", "__pycache__"))
         (tmp / "chronics").mkdir()
-        (tmp / "chronics" / chronic.name).symlink_to(chronic.resolve(), target_is_directory=True)
+        if start:
+            _cut_scenario(env, scenario, seed, chronic, start, tmp)
+        else:
+            (tmp / "chronics" / chronic.name).symlink_to(chronic.resolve(), target_is_directory=True)
         shutil.rmtree(target, ignore_errors=True)
         os.replace(tmp, target)  # atomic: a half-made copy is never used
     return target
+
+
+def _cut_scenario(env: Any, scenario: int, seed: int, chronic: Path, start: int, copy: Path) -> None:
+    """Write scenario ``scenario`` (folder ``chronic``) into the environment copy ``copy`` from its step ``start`` on:
+    each time series without its first ``start`` steps (``h`` rows a step for a file of h-step forecasts), the start
+    date moved on. grid2op's own ``split_and_save`` is not used: the episode it makes starts two steps early.
+
+    Maintenance that grid2op draws over the whole scenario from the episode seed (``maintenance_meta.json``) would be
+    drawn anew, otherwise, over the shorter one: the copy gets the maintenance episode ``seed`` drew, as a fixed
+    ``maintenance.csv``, and reads it with the same class less the drawing."""
+    import pandas as pd
+
+    from ace_hybrid.grid.env import reset_episode
+
+    spread, env.ace_start_spread = getattr(env, "ace_start_spread", 0), 0
+    try:
+        reset_episode(env, scenario, seed)  # loads the scenario from its first step: length, time step, maintenance
+    finally:
+        env.ace_start_spread = spread
+    steps = int(env.max_episode_duration())
+    if not 0 < start < steps:
+        raise ValueError(f"start = {start} out of range [1, {steps}) for scenario {scenario} ({steps} steps)")
+    target = copy / "chronics" / chronic.name
+    target.mkdir()
+    for source in chronic.iterdir():
+        if not source.name.endswith((".csv", ".csv.bz2")):
+            shutil.copy(source, target / source.name)
+            continue
+        table = pd.read_csv(source, sep=";")
+        per_step, rest = divmod(len(table), steps + 1)  # a row per step, and the initial state's
+        if rest or not per_step:
+            raise ValueError(f"{source} has {len(table)} rows: not a time series of {steps + 1} steps to cut")
+        table.iloc[start * per_step:].to_csv(target / source.name, sep=";", index=False)
+    first = datetime.datetime.strptime((chronic / "start_datetime.info").read_text().strip(), "%Y-%m-%d %H:%M")
+    moved = first + start * env.chronics_handler.time_interval
+    (target / "start_datetime.info").write_text(f"{moved:%Y-%m-%d %H:%M}\n")
+    if (chronic / "maintenance_meta.json").exists():
+        drawn, fixed = "GridStateFromFileWithForecastsWithMaintenance", "GridStateFromFileWithForecasts"
+        config = (copy / "config.py").read_text()
+        if drawn not in config:
+            raise ValueError(f"{chronic} draws its maintenance with a class other than {drawn}: cannot start its "
+                             f"episodes at step {start} for the score")
+        maintenance = env.chronics_handler.real_data.data.maintenance[start:].astype(int)
+        pd.DataFrame(maintenance, columns=list(env.name_line)).to_csv(target / "maintenance.csv.bz2", sep=";",
+                                                                      index=False)
+        (copy / "config.py").write_text(config.replace(drawn, fixed))
 
 
 def score_report(
@@ -105,8 +161,8 @@ def score_report(
     for episode in report.episodes:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            with _locked(_lock_of(reference, episode.scenario, episode.seed)):
-                folder = scenario_copy(reference, episode.scenario, episode.seed)
+            with _locked(_lock_of(reference, episode.scenario, episode.seed, episode.start_step)):
+                folder = scenario_copy(reference, episode.scenario, episode.seed, episode.start_step)
                 env = grid2op.make(str(folder), backend=LightSimBackend())
                 scorer = score_cls(env, nb_scenario=1, env_seeds=[episode.seed], agent_seeds=[episode.seed],
                                    max_step=max_steps if max_steps else -1, verbose=0)
@@ -123,5 +179,6 @@ def score_report(
     report.score_note = f"grid2op {SCORE_CLASSES[name]}, one (scenario, seed) at a time"
 
 
-def _lock_of(env: Any, scenario: int, seed: int) -> Path:
-    return cache_root() / "score_envs" / f"{Path(env.get_path_env()).name}-{scenario}-{int(seed)}.lock"
+def _lock_of(env: Any, scenario: int, seed: int, start: int) -> Path:
+    return (cache_root() / "score_envs"
+            / f"{Path(env.get_path_env()).name}-{scenario}-{int(seed)}{f'-{int(start)}' if start else ''}.lock")

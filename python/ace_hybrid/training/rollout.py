@@ -58,7 +58,7 @@ import numpy as np
 from ace_hybrid.config import Config
 from ace_hybrid.grid.agents import make_tutor
 from ace_hybrid.grid.catalog import ActionCatalog
-from ace_hybrid.grid.env import make_env, reset_episode
+from ace_hybrid.grid.env import make_config_env, reset_episode
 from ace_hybrid.grid.reward import step_reward
 from ace_hybrid.grid.rules import SafeRule, in_danger
 from ace_hybrid.sampling import SamplingGenerator
@@ -222,7 +222,7 @@ class RolloutWorker:
         it as soon as a worker process starts, while the learner builds its run; the spec (the action set) and the
         policy come after. Every episode reseeds the grid, so the seed it is made with never reaches a
         transition."""
-        env = make_env(config.env.name, seed=config.env.env_seed)
+        env = make_config_env(config)
         return env, ActionCatalog.for_env(env)
 
     def set_policy(self, policy: PolicyWeights) -> None:

@@ -20,7 +20,7 @@ import torch
 from ace_hybrid.config import Config
 from ace_hybrid.grid.action_set import ActionSet, action_set_indices
 from ace_hybrid.grid.catalog import ActionCatalog
-from ace_hybrid.grid.env import make_env, n_scenarios
+from ace_hybrid.grid.env import make_config_env, n_scenarios
 from ace_hybrid.grid.features import MaskFromFeatures, ObservationFeatures, RunningNormalizer
 from ace_hybrid.grid.reward import step_reward
 from ace_hybrid.replay import MixedReplayBuffer
@@ -125,8 +125,8 @@ class Run:
         if cfg.train.torch_threads:  # 1 by default (measured: see TrainConfig.torch_threads); 0 keeps torch's
             torch.set_num_threads(cfg.train.torch_threads)
         torch.manual_seed(cfg.train.seed)
-        self.env = make_env(cfg.env.name, seed=cfg.env.env_seed)
-        self.eval_env = make_env(cfg.env.name, seed=cfg.env.env_seed)
+        self.env = make_config_env(cfg)
+        self.eval_env = make_config_env(cfg)
         count = n_scenarios(self.env)
         for s in [*cfg.env.train_scenarios, *(p[0] for p in cfg.env.eval_pairs)]:
             if not 0 <= s < count:
