@@ -161,7 +161,7 @@ def test_an_episode_that_starts_late_is_evaluated_and_scored_from_its_start(tmp_
     from lightsim2grid import LightSimBackend
 
     from ace_hybrid.grid.env import episode_start, make_env
-    from ace_hybrid.grid.scores import score_report
+    from ace_hybrid.grid.scores import copy_path, score_report
 
     env = make_env("l2rpn_case14_sandbox", seed=0, start_spread=288)
     try:
@@ -173,9 +173,8 @@ def test_an_episode_that_starts_late_is_evaluated_and_scored_from_its_start(tmp_
         score_report(cut, lambda e: make_agent("do-nothing", e), max_steps=20)
         assert cut.episodes[0].score_steps_survived == cut.episodes[0].steps_survived == 20
         assert np.isfinite(cut.episodes[0].score)
-        copies = list((cache_root_of_scores() / "l2rpn_case14_sandbox").glob(f"*-seed100-start{start}"))
-        assert len(copies) == 1
-        copy = grid2op.make(str(copies[0]), backend=LightSimBackend())
+        assert copy_path(env, 0, 100, start).name == f"0000-seed100-start{start}"
+        copy = grid2op.make(str(copy_path(env, 0, 100, start)), backend=LightSimBackend())
         try:
             assert int(copy.max_episode_duration()) == 575 - start
             np.testing.assert_allclose(copy.reset(seed=100).load_p, reset_episode(env, 0, 100).load_p, rtol=1e-5)
@@ -205,12 +204,6 @@ def test_a_late_start_copy_keeps_the_maintenance_its_episode_drew(make_grid_env)
         assert int(copy.max_episode_duration()) == 2878 - 500
     finally:
         copy.close()
-
-
-def cache_root_of_scores():
-    from ace_hybrid.files import cache_root
-
-    return cache_root() / "score_envs"
 
 
 def test_safe_rule_reverts_a_split_substation(make_grid_env) -> None:

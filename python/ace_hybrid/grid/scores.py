@@ -58,19 +58,28 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def scenario_copy(env: Any, scenario: int, seed: int, start: int = 0) -> Path:
-    """A writable copy of ``env``'s data folder that holds only scenario ``scenario``, for the episode seed ``seed``,
-    its time series from step ``start`` on (made once, then reused; call it under :func:`_locked` of its ``.lock``
-    when processes may share the cache)."""
-    source = Path(env.get_path_env())
+def _chronic_of(env: Any, scenario: int) -> Path:
     chronics = sorted(env.chronics_handler.real_data.available_chronics())
     if not 0 <= scenario < len(chronics):
         raise IndexError(f"scenario {scenario} out of range [0, {len(chronics)})")
+    return Path(chronics[scenario])
+
+
+def copy_path(env: Any, scenario: int, seed: int, start: int = 0) -> Path:
+    """Where :func:`scenario_copy` keeps the copy for episode (``scenario``, ``seed``) starting at step ``start``;
+    its lock file is beside it, the same name with ``.lock``."""
     if start < 0:
         raise ValueError(f"start = {start} out of range [0, inf)")
-    chronic = Path(chronics[scenario])
-    target = cache_root() / "score_envs" / source.name / (f"{chronic.name}-seed{int(seed)}"
-                                                          + (f"-start{int(start)}" if start else ""))
+    name = f"{_chronic_of(env, scenario).name}-seed{int(seed)}" + (f"-start{int(start)}" if start else "")
+    return cache_root() / "score_envs" / Path(env.get_path_env()).name / name
+
+
+def scenario_copy(env: Any, scenario: int, seed: int, start: int = 0) -> Path:
+    """A writable copy of ``env``'s data folder that holds only scenario ``scenario``, for the episode seed ``seed``,
+    its time series from step ``start`` on (made once, then reused; call it under :func:`_locked` of its lock file,
+    :func:`copy_path` ``.lock``, when processes may share the cache)."""
+    source, chronic = Path(env.get_path_env()), _chronic_of(env, scenario)
+    target = copy_path(env, scenario, seed, start)
     if not (target / "chronics" / chronic.name).exists():
         tmp = target.with_name(target.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
@@ -161,7 +170,8 @@ def score_report(
     for episode in report.episodes:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            with _locked(_lock_of(reference, episode.scenario, episode.seed, episode.start_step)):
+            where = copy_path(reference, episode.scenario, episode.seed, episode.start_step)
+            with _locked(where.with_name(where.name + ".lock")):
                 folder = scenario_copy(reference, episode.scenario, episode.seed, episode.start_step)
                 env = grid2op.make(str(folder), backend=LightSimBackend())
                 scorer = score_cls(env, nb_scenario=1, env_seeds=[episode.seed], agent_seeds=[episode.seed],
@@ -178,7 +188,3 @@ def score_report(
     reference.close()
     report.score_note = f"grid2op {SCORE_CLASSES[name]}, one (scenario, seed) at a time"
 
-
-def _lock_of(env: Any, scenario: int, seed: int, start: int) -> Path:
-    return (cache_root() / "score_envs"
-            / f"{Path(env.get_path_env()).name}-{scenario}-{int(seed)}{f'-{int(start)}' if start else ''}.lock")
