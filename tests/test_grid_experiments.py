@@ -201,7 +201,30 @@ def test_the_budget_curve_is_make_runs_configuration_at_three_budgets() -> None:
     assert len(spec.primaries) == 12 and spec.seeds == [0, 1] and len(spec.reward_vs) == 3
 
 
-@pytest.mark.parametrize("path", [REPO / "experiments" / "budget_curve.toml", *GRID_FILES, *STUDY_FILES],
+def test_the_temperature_study_is_the_budget_curve_with_the_bound_and_can_reuse_its_unbounded_runs() -> None:
+    """Its unbounded rows are the budget curve's own (same ids, same configuration: their runs can be copied in and
+    reused); its bounded rows differ from them in sac.max_alpha alone."""
+    spec = ex.load_experiment(REPO / "experiments" / "temperature_bound.toml")
+    curve = ex.load_experiment(REPO / "experiments" / "budget_curve.toml")
+    assert (spec.test_pairs, spec.validation_pairs, spec.seeds) == (curve.test_pairs, curve.validation_pairs,
+                                                                     curve.seeds)
+    for kind in ("sac-only", "ace"):
+        plain, bounded = ({r.train_id: r for r in spec.rows if r.kind == kind}[k] for k in (kind, f"{kind}-bounded"))
+        theirs = next(r for r in curve.rows if r.kind == kind)
+        assert plain.train_id == theirs.train_id and plain.budgets == theirs.budgets == (20000, 40000, 100000)
+        for seed in spec.seeds:
+            assert ex.training_fingerprint(spec.row_config(plain, seed)) == ex.training_fingerprint(
+                curve.row_config(theirs, seed))
+            mine = spec.row_config(bounded, seed).to_dict()
+            assert mine["sac"].pop("max_alpha") == 0.2 == mine["sac"]["init_alpha"]
+            other = spec.row_config(plain, seed).to_dict()
+            other["sac"].pop("max_alpha")
+            assert mine == other
+    assert len(spec.primaries) == 2 and states_its_status((REPO / "experiments" / "temperature_bound.toml").read_text())
+
+
+@pytest.mark.parametrize("path", [REPO / "experiments" / "budget_curve.toml",
+                                  REPO / "experiments" / "temperature_bound.toml", *GRID_FILES, *STUDY_FILES],
                          ids=lambda p: p.stem)
 def test_the_smoke_version_of_a_file_keeps_its_rows_and_names_and_shrinks_the_rest(path: Path) -> None:
     spec = ex.load_experiment(path)

@@ -386,6 +386,26 @@ def test_temperature_falls_when_entropy_exceeds_target(ratio: float, direction: 
         assert change < 0
 
 
+@pytest.mark.parametrize("bound", [0.2, 0.25])
+def test_the_temperature_stops_at_max_alpha_however_far_the_entropy_is_below_target(bound: float) -> None:
+    rng = np.random.default_rng(4)
+    n, d, b = 50, 4, 16
+    cfg = SACConfig(**SMALL, target_entropy_ratio=0.9, lr_alpha=0.05, lr_actor=1e-12, max_alpha=bound)
+    agent = DiscreteSAC(d, n, cfg, seed=4)
+    _uniform_actor(agent)
+    with torch.no_grad():
+        agent.actor.bias[0] = 40.0  # almost deterministic on action 0: the entropy stays far below its target
+    alphas = [agent.alpha]
+    for _ in range(30):
+        agent.update(UpdateBatch(**_batch(rng, b, d, n)))
+        alphas.append(agent.alpha)
+    assert alphas == sorted(alphas) and alphas[-1] == pytest.approx(bound, rel=1e-5)
+    assert alphas[1] > alphas[0] or bound == 0.2  # it rose until the bound, or the bound is where it starts
+    with pytest.raises(ValueError, match=r"SACConfig.max_alpha = 0.1 is invalid: expected a number in "
+                                         r"\[init_alpha = 0.2, inf\]"):
+        SACConfig(**SMALL, max_alpha=0.1).validate()
+
+
 def test_temperature_rises_when_entropy_is_below_target() -> None:
     rng = np.random.default_rng(4)
     n, d, b = 50, 4, 16

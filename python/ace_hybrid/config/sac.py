@@ -37,6 +37,10 @@ class SACConfig:
     """Target-network averaging after each update: target <- polyak * target + (1 - polyak) * online; [0, 1]."""
     init_alpha: float = 0.2
     """Initial temperature alpha (> 0); then tuned automatically towards the target entropy."""
+    max_alpha: float = math.inf
+    """The temperature never rises above it (>= init_alpha; inf: no bound). Where the policy's entropy stays below
+    its target, the tuning raises alpha without end, the soft targets grow with it and the critics diverge (seen in
+    the budget curve's runs after 20-40K steps: docs/results.md)."""
     target_entropy_ratio: float = 0.5
     """Target entropy per state = ratio * log(number of legal actions), ratio in [0, 1] (see the module doc)."""
     grad_clip: float = 10.0
@@ -79,6 +83,8 @@ class SACConfig:
             raise bad("prior_action", "an integer in [0, n_actions)")
         if not is_real(self.prior_prob) or not 0.0 <= self.prior_prob < 1.0:
             raise bad("prior_prob", "a number in [0, 1)")
+        if not is_real(self.max_alpha) or not self.max_alpha >= self.init_alpha:
+            raise bad("max_alpha", f"a number in [init_alpha = {self.init_alpha}, inf]")
         for name in ("gamma", "polyak", "target_entropy_ratio"):
             v = getattr(self, name)
             if not is_real(v) or not (0.0 <= v <= 1.0):

@@ -304,6 +304,9 @@ class DiscreteSAC(SACPolicy):
         loss.backward()
         torch.nn.utils.clip_grad_norm_([self.log_alpha], self.cfg.grad_clip)
         self.alpha_opt.step()
+        if math.isfinite(self.cfg.max_alpha):
+            with torch.no_grad():
+                self.log_alpha.clamp_(max=math.log(self.cfg.max_alpha))
         return loss.detach()
 
     # ---------------------------------------------------------------------------------- checkpoints
