@@ -4,8 +4,8 @@ of ``--help-config``. An unknown key or a value of the wrong type is a ValueErro
 from __future__ import annotations
 
 import ast
-import math
 import dataclasses
+import math
 import sys
 import typing
 from pathlib import Path

@@ -8,8 +8,8 @@ seeds of one scenario would normalise the second episode by the first one's refe
 a private copy of the environment folder under the cache directory, holding that scenario only (linked, not copied),
 and the score class is run there with the episode's seed: one score per (scenario, seed). An episode that starts past
 its scenario's first step (``env.start_spread``) is scored on a copy whose time series start at that step: the score
-classes replay episodes from the data's first step only. A lock file beside
-each copy keeps two processes (``ace-hybrid experiment --jobs 2``) from making it or computing its references at once.
+classes replay episodes from the data's first step only. A lock file beside each copy keeps two processes
+(``ace-hybrid experiment --jobs 2``) from making it or computing its references at once.
 
 Cost: the references (two episodes of the scenario) are computed once per copy and reused by every later score of
 that (scenario, seed); each score then replays the agent's whole episode through grid2op's runner, as long as the
