@@ -39,8 +39,8 @@ class SACConfig:
     """Initial temperature alpha (> 0); then tuned automatically towards the target entropy."""
     max_alpha: float = math.inf
     """The temperature never rises above it (>= init_alpha; inf: no bound). Where the policy's entropy stays below
-    its target, the tuning raises alpha without end, the soft targets grow with it and the critics diverge (seen in
-    the budget curve's runs after 20-40K steps: docs/results.md)."""
+    its target the tuning raises alpha without end, as in the budget curve's runs; bounding it did not keep their
+    critics from diverging (experiments/temperature_bound.toml, docs/results.md)."""
     target_entropy_ratio: float = 0.5
     """Target entropy per state = ratio * log(number of legal actions), ratio in [0, 1] (see the module doc)."""
     grad_clip: float = 10.0
