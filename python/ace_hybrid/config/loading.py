@@ -134,12 +134,17 @@ def config_from_dict(data: dict[str, Any]) -> Config:
     return cfg.validate()
 
 
+def _sections_copy(data: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a configuration dictionary deep enough to edit its sections' keys."""
+    return {section: dict(values) if isinstance(values, dict) else values for section, values in data.items()}
+
+
 def renamed_keys(data: dict[str, Any], *, first_names: bool = False) -> dict[str, Any]:
     """A copy of a configuration dictionary (:meth:`Config.to_dict`) with the keys of :data:`RENAMED` under their new
     names, or with ``first_names`` under their old ones (what a fingerprint hashes, so that a rename leaves finished
     experiment cells valid)."""
     pairs = [(new, old) for old, new in RENAMED.items()] if first_names else list(RENAMED.items())
-    out = {section: dict(values) if isinstance(values, dict) else values for section, values in data.items()}
+    out = _sections_copy(data)
     for before, after in pairs:
         (b_section, b_key), (a_section, a_key) = before.split("."), after.split(".")
         values = out.get(b_section)
@@ -150,7 +155,7 @@ def renamed_keys(data: dict[str, Any], *, first_names: bool = False) -> dict[str
 
 def without_added_defaults(data: dict[str, Any]) -> dict[str, Any]:
     """A copy of a configuration dictionary without the keys of :data:`ADDED` that hold their default."""
-    out = {section: dict(values) if isinstance(values, dict) else values for section, values in data.items()}
+    out = _sections_copy(data)
     for name, default in ADDED.items():
         section, key = name.split(".")
         values = out.get(section)
