@@ -473,15 +473,16 @@ def test_targets_follow_polyak_averaging() -> None:
 # ------------------------------------------------------------------------------------------- the reference, the batch
 
 
-@pytest.mark.parametrize(("head", "imitation"), [("lowrank", False), ("lowrank", True), ("linear", True)])
-def test_the_update_matches_the_dense_reference(head: str, imitation: bool) -> None:
+@pytest.mark.parametrize(("head", "imitation", "layer_norm"), [("lowrank", False, False), ("lowrank", True, False),
+                                                               ("linear", True, False), ("lowrank", False, True)])
+def test_the_update_matches_the_dense_reference(head: str, imitation: bool, layer_norm: bool) -> None:
     """The streamed update (blocks of actions, base 2, packed masks, hand-written backward passes) against the dense
     reference (ace_hybrid.sac.reference) on twin agents: the same TD errors, losses and entropies to float32
     rounding, for two updates in a row (the second sees the first's parameters)."""
     rng = np.random.default_rng(20)
     n, d = 300, 6
     feats = _features(rng, n, 12, 3)
-    cfg = SACConfig(**{**SMALL, "head": head}, init_alpha=0.3)
+    cfg = SACConfig(**{**SMALL, "head": head}, init_alpha=0.3, critic_layer_norm=layer_norm)
     fast, dense = (DiscreteSAC(d, n, cfg, action_features=feats, seed=5) for _ in range(2))
     for _ in range(2):
         batch = _batch(rng, 16, d, n, p_legal=0.4)
@@ -616,6 +617,27 @@ def test_policy_state_moves_the_actor_only() -> None:
         worker.load_policy_state({k: v for k, v in state.items() if k != "bias"})
     with pytest.raises(ValueError, match=r"policy state\['bias'\] has shape \(3,\), this actor's is \(48,\)"):
         worker.load_policy_state({**state, "bias": np.zeros(3, np.float32)})
+
+
+def test_layer_norm_goes_into_the_critics_only_and_a_state_must_agree_on_it() -> None:
+    """sac.critic_layer_norm puts a LayerNorm before each hidden ReLU of both critics and their targets (the actor
+    keeps its plain trunk); a state with it does not load into an agent without it, nor one without it (a state
+    written before the option) into an agent with it."""
+    cfg = SACConfig(**{**SMALL, "hidden": (16, 8)}, critic_layer_norm=True)
+    agent = DiscreteSAC(4, 20, cfg, seed=0)
+    norms = {name: [m.normalized_shape for m in getattr(agent, name).modules() if isinstance(m, torch.nn.LayerNorm)]
+             for name in ("actor", "q1", "q2", "q1_target", "q2_target")}
+    assert norms == {"actor": [], **{name: [(16,), (8,)] for name in ("q1", "q2", "q1_target", "q2_target")}}
+    plain = DiscreteSAC(4, 20, SACConfig(**{**SMALL, "hidden": (16, 8)}), seed=0)
+    with pytest.raises(ValueError, match=r"state\['config'\]\['critic_layer_norm'\] = True but this agent has False"):
+        plain.load_state_dict(agent.state_dict())
+    old = plain.state_dict()
+    del old["config"]["critic_layer_norm"]
+    with pytest.raises(ValueError, match=r"state\['config'\]\['critic_layer_norm'\] = False but this agent has True"):
+        agent.load_state_dict(old)
+    plain.load_state_dict(old)
+    with pytest.raises(ValueError, match=r"SACConfig.critic_layer_norm = 1 is invalid: expected true or false"):
+        SACConfig(**SMALL, critic_layer_norm=1).validate()  # type: ignore[arg-type]
 
 
 def test_state_dict_is_a_snapshot() -> None:

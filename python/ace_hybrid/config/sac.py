@@ -41,6 +41,10 @@ class SACConfig:
     """The temperature never rises above it (>= init_alpha; inf: no bound). Where the policy's entropy stays below
     its target the tuning raises alpha without end, as in the budget curve's runs; bounding it did not keep their
     critics from diverging (experiments/temperature_bound.toml, docs/results.md)."""
+    critic_layer_norm: bool = False
+    """A LayerNorm after each hidden layer of the critics (and their targets), before its ReLU: it bounds the
+    features the critics' heads read, which keeps Q from growing without end under many updates per transition
+    (Ball et al. 2023, RLPD; experiments/critic_divergence.toml measures it here)."""
     target_entropy_ratio: float = 0.5
     """Target entropy per state = ratio * log(number of legal actions), ratio in [0, 1] (see the module doc)."""
     grad_clip: float = 10.0
@@ -94,5 +98,7 @@ class SACConfig:
         if isinstance(self.policy_samples, bool) or not isinstance(self.policy_samples, numbers.Integral) \
                 or self.policy_samples < 0 or self.policy_samples == 1:
             raise bad("policy_samples", "0 (exact) or an integer in [2, inf)")
+        if not isinstance(self.critic_layer_norm, bool):
+            raise bad("critic_layer_norm", "true or false")
         if self.device not in ("cpu", "cuda", "auto"):
             raise bad("device", "one of ('cpu', 'cuda', 'auto')")

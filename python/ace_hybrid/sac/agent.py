@@ -65,7 +65,8 @@ class DiscreteSAC(SACPolicy):
         with torch.random.fork_rng(devices=[]):
             torch.set_rng_state(self._init_rng)  # the critics' draws follow the actor's, as one seeded stream
             self.q1, self.q2, self.q1_target, self.q2_target = (
-                ScoreNet(self.obs_dim, self.n_actions, cfg, self._features) for _ in range(4))
+                ScoreNet(self.obs_dim, self.n_actions, cfg, self._features, layer_norm=cfg.critic_layer_norm)
+                for _ in range(4))
         for net in (self.q1, self.q2, self.q1_target, self.q2_target):
             net.to(self.device)
         for online, target in ((self.q1, self.q1_target), (self.q2, self.q2_target)):
@@ -361,8 +362,8 @@ class DiscreteSAC(SACPolicy):
             if state[name] != getattr(self, name):
                 raise ValueError(f"state['{name}'] = {state[name]} but this agent has {getattr(self, name)}")
         cfg = state["config"]
-        for name in ("hidden", "head", "embed_dim"):
-            mine, theirs = getattr(self.cfg, name), cfg.get(name)
+        for name in ("hidden", "head", "embed_dim", "critic_layer_norm"):
+            mine, theirs = getattr(self.cfg, name), cfg.get(name, False if name == "critic_layer_norm" else None)
             if (tuple(theirs) if name == "hidden" and theirs is not None else theirs) != (
                     tuple(mine) if name == "hidden" else mine):
                 raise ValueError(f"state['config']['{name}'] = {theirs!r} but this agent has {mine!r}")

@@ -17,10 +17,10 @@ from ace_hybrid.config import SACConfig
 __all__ = ["ScoreNet", "SparseFeatures"]
 
 
-def _mlp(sizes: list[int]) -> nn.Sequential:
+def _mlp(sizes: list[int], layer_norm: bool = False) -> nn.Sequential:
     layers: list[nn.Module] = []
     for a, b in zip(sizes[:-1], sizes[1:]):
-        layers += [nn.Linear(a, b), nn.ReLU()]
+        layers += [nn.Linear(a, b), *([nn.LayerNorm(b)] if layer_norm else []), nn.ReLU()]
     return nn.Sequential(*layers)
 
 
@@ -127,9 +127,10 @@ class ScoreNet(nn.Module):
     through ``h`` and ``E`` by hand.
     """
 
-    def __init__(self, obs_dim: int, n_actions: int, cfg: SACConfig, feats: SparseFeatures | None) -> None:
+    def __init__(self, obs_dim: int, n_actions: int, cfg: SACConfig, feats: SparseFeatures | None, *,
+                 layer_norm: bool = False) -> None:
         super().__init__()
-        self.trunk = _mlp([obs_dim, *cfg.hidden])
+        self.trunk = _mlp([obs_dim, *cfg.hidden], layer_norm)  # layer_norm: a LayerNorm before each ReLU
         width = cfg.hidden[-1]
         self.lowrank = cfg.head == "lowrank"
         if self.lowrank:
