@@ -58,7 +58,8 @@ def test_evaluation_reports_every_episode_and_totals(make_grid_env, tmp_path) ->
     json_path, md_path = report.save(tmp_path)
     data = json.loads(json_path.read_text())
     assert data["totals"]["steps_survived"] == totals["steps_survived"]
-    assert "| **all** |" in md_path.read_text()
+    assert "| **all** |" in md_path.read_text() and "| acted |" in md_path.read_text()
+    assert data["totals"]["acted"] == sum(e["acted"] for e in data["episodes"]) <= totals["decisions"]
     again = evaluate(env, RecoPowerlineAgent(env.action_space), [(0, 0), (1, 1)], max_steps=60, progress=False)
     assert [e.cumulative_reward for e in again.episodes] == [e.cumulative_reward for e in report.episodes]
 
@@ -119,6 +120,8 @@ def test_greedy_expert_outlasts_doing_nothing(make_grid_env) -> None:
     greedy = evaluate(env, greedy_agent, pairs, max_steps=400, progress=False).totals()
     assert base["steps_survived"] < base["max_steps"]
     assert greedy["steps_survived"] > base["steps_survived"]
+    # What each chose: doing nothing never acts; the expert acts at some of its decisions, not more than it decides.
+    assert base["acted"] == 0 < base["decisions"] and 0 < greedy["acted"] <= greedy["decisions"]
     assert 0 < greedy["decision_simulations"] <= 12 * greedy["decisions"]  # its budget, do nothing included
     assert greedy["simulations"] == greedy["decision_simulations"] + greedy_agent.safe_rule.simulations
 

@@ -151,6 +151,9 @@ def test_deploy_topk_rows_test_one_training_each(finished) -> None:
     assert sims["sac-only-alone"] == 0.0 and 1.0 < sims["sac-only-top2"] <= 3.0
     every = {k: rows[k]["metrics"]["all_simulations_per_decision"]["value"] for k in sims}
     assert all(every[k] >= sims[k] for k in sims)
+    # What each chose: the share of decisions that played something other than do-nothing, in the table.
+    acting = {k: rows[k]["metrics"]["acting_share"]["value"] for k in sims}
+    assert all(0.0 <= v <= 1.0 for v in acting.values()) and "Decisions that act" in (out / "results.md").read_text()
     assert ("sac-only-top2", "sac-only-alone", "the top-k check's share") in [
         (c["a"], c["b"], c["why"]) for c in result["comparisons"]]
 
@@ -803,7 +806,7 @@ def test_the_shipped_experiment_files_are_valid(path: Path) -> None:
     scenarios = set(spec.row_config(spec.rows[0], None if not spec.rows[0].trains else 0).env.train_scenarios)
     assert {s for s, _ in spec.test_pairs} == {s for s, _ in spec.validation_pairs} == scenarios
     assert ex.load_experiment(path, on="validation").pairs == spec.validation_pairs
-    if path.stem in ("budget_study", "temperature_bound") or path.stem.startswith("action_sets_"):
+    if path.stem in ("budget_study", "temperature_bound", "critic_divergence") or path.stem.startswith("action_sets_"):
         # studies that choose a configuration
         assert "--on validation" in path.read_text()
         return

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 EPISODE_FIELDS: tuple[str, ...] = ("steps_survived", "max_steps", "cumulative_reward", "decisions", "simulations",
-                                   "decision_simulations", "wall_time_s", "score", "score_steps_survived")
+                                   "decision_simulations", "wall_time_s", "score", "score_steps_survived", "acted")
 """Per-episode values kept in every row of results.json (one seeds x test pairs matrix each; NaN where a cell made
 by an older version lacks one, and for the L2RPN score and its replay's steps where the file has no ``score =
 true``)."""
@@ -15,13 +15,15 @@ TEST_METRICS: tuple[tuple[str, str, str, str, str | None, bool], ...] = (
     ("survival_rate", "Survival rate", "{:.1%}", "steps_survived", "max_steps", True),
     ("episode_reward", "Episode reward", "{:.1f}", "cumulative_reward", None, True),
     ("l2rpn_score", "L2RPN score", "{:.1f}", "score", None, True),
+    ("acting_share", "Decisions that act", "{:.0%}", "acted", "decisions", False),
     ("simulations_per_decision", "Simulations / decision", "{:.1f}", "decision_simulations", "decisions", False),
     ("all_simulations_per_decision", "With the safe rule's", "{:.1f}", "simulations", "decisions", False),
     ("test_seconds_per_episode", "Test time / episode (s)", "{:.2f}", "wall_time_s", None, False),
 )
 """(key, column title, format, numerator, denominator, interval shown in the table) of the metrics measured on the
 test episodes: the sum of the numerator over a row's episodes divided by the sum of the denominator (by the number
-of episodes when None); the simulation columns are as :data:`SIMULATIONS_NOTE` says. Episode reward is the
+of episodes when None); "Decisions that act" is the share of danger states where the agent played something other
+than do-nothing (what it chose, beside how well it did); the simulation columns are as :data:`SIMULATIONS_NOTE` says. Episode reward is the
 environment's own reward (grid2op's, not the agents' training reward) summed over an episode; the L2RPN score is
 grid2op's score class of the environment (:mod:`ace_hybrid.grid.scores`), per episode, in experiments with ``score =
 true``. Every one has its interval in
@@ -45,9 +47,10 @@ COMPARED: dict[str, str] = {"survival": "survival_rate", "reward": "episode_rewa
 then episode reward and the L2RPN score, the secondary columns."""
 SECONDARY: tuple[str, ...] = ("episode_reward", "l2rpn_score")
 """The secondary metrics of the paired differences (:data:`COMPARED` but survival)."""
-OPTIONAL_COLUMNS: tuple[str, ...] = ("l2rpn_score",)
-"""Columns a table leaves out when no row has a value in them (the score, without ``score = true``)."""
-COLUMNS: tuple[str, ...] = ("survival_rate", "episode_reward", "l2rpn_score", "simulations_per_decision",
+OPTIONAL_COLUMNS: tuple[str, ...] = ("l2rpn_score", "acting_share")
+"""Columns a table leaves out when no row has a value in them (the score, without ``score = true``; the acting share
+of cells made before it was counted)."""
+COLUMNS: tuple[str, ...] = ("survival_rate", "episode_reward", "l2rpn_score", "acting_share", "simulations_per_decision",
                             "all_simulations_per_decision", "env_steps", "llm_calls", "llm_accepted", "train_seconds",
                             "test_seconds_per_episode")
 """The table's metric columns, in order."""

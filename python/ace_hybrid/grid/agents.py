@@ -44,7 +44,10 @@ class RuleAgent(BaseAgent):
         self.threshold = float(threshold)
         self.safe_rule = SafeRule(action_space, threshold=self.threshold)
         self.decisions = 0
+        self.acted = 0
+        """Decisions whose action was not do-nothing: what the agent chose, beside how often it was asked."""
         self.simulations = 0
+        self._do_nothing = action_space({})
 
     @property
     def total_simulations(self) -> int:
@@ -54,7 +57,9 @@ class RuleAgent(BaseAgent):
     def act(self, observation: Any, reward: float, done: bool = False) -> Any:
         if in_danger(observation, self.threshold):
             self.decisions += 1
-            return self.decide(observation)
+            action = self.decide(observation)
+            self.acted += action != self._do_nothing
+            return action
         return self.safe_rule(observation)
 
     def decide(self, observation: Any) -> Any:

@@ -41,6 +41,9 @@ class EpisodeResult:
     """The simulations the agent made to decide in danger states (its safe rule's excluded); None for an agent that
     does not count them apart."""
     start_step: int = 0
+    acted: int | None = None
+    """Decisions whose action was not do-nothing (None for an agent that does not count them): a policy that does
+    nothing at almost every decision survives like doing nothing."""
     """The step of its scenario the episode started at (``env.start_spread``); ``max_steps`` counts from there."""
 
     @property
@@ -71,6 +74,7 @@ class EvaluationReport:
             "cumulative_reward": float(sum(e.cumulative_reward for e in eps)),
             "mean_reward": float(np.mean([e.cumulative_reward for e in eps])) if eps else 0.0,
             "decisions": sum(e.decisions for e in eps),
+            "acted": None if any(e.acted is None for e in eps) else sum(int(e.acted or 0) for e in eps),
             "simulations": sum(e.simulations for e in eps),
             "decision_simulations": (None if any(e.decision_simulations is None for e in eps)
                                      else sum(int(e.decision_simulations or 0) for e in eps)),
@@ -89,19 +93,19 @@ class EvaluationReport:
 
     def to_markdown(self) -> str:
         """Per-episode rows and a total row."""
-        head = ("| scenario | seed | survived | max steps | survival | reward | decisions | simulations | "
-                "time (s) | score |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        head = ("| scenario | seed | survived | max steps | survival | reward | decisions | acted | simulations | "
+                "time (s) | score |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         rows = [
             f"| {e.scenario} | {e.seed} | {e.steps_survived} | {e.max_steps} | {e.survival_rate:.1%} | "
-            f"{e.cumulative_reward:.1f} | {e.decisions} | {e.simulations} | {e.wall_time_s:.1f} | "
-            f"{_fmt_score(e.score)} |"
+            f"{e.cumulative_reward:.1f} | {e.decisions} | {_fmt_count(e.acted)} | {e.simulations} | "
+            f"{e.wall_time_s:.1f} | {_fmt_score(e.score)} |"
             for e in self.episodes
         ]
         t = self.totals()
         rows.append(
             f"| **all** | | {t['steps_survived']} | {t['max_steps']} | {t['survival_rate']:.1%} | "
-            f"{t['cumulative_reward']:.1f} | {t['decisions']} | {t['simulations']} | {t['wall_time_s']:.1f} | "
-            f"{_fmt_score(t['mean_score'])} |"
+            f"{t['cumulative_reward']:.1f} | {t['decisions']} | {_fmt_count(t['acted'])} | {t['simulations']} | "
+            f"{t['wall_time_s']:.1f} | {_fmt_score(t['mean_score'])} |"
         )
         title = f"**{self.agent_name}** on `{self.env_name}` (score: {self.score_note})"
         return "\n".join([title, "", head, *rows])
@@ -114,6 +118,10 @@ class EvaluationReport:
         atomic_write_json(json_path, self.to_dict())
         atomic_write_text(md_path, self.to_markdown() + "\n")
         return json_path, md_path
+
+
+def _fmt_count(count: int | None) -> str:
+    return "n/a" if count is None else str(count)
 
 
 def _fmt_score(score: float | None) -> str:
@@ -136,6 +144,7 @@ def play_episode(
     if hasattr(agent, "reset"):
         agent.reset(obs)
     decisions0 = getattr(agent, "decisions", 0)
+    acted0 = getattr(agent, "acted", None)
     sims0 = getattr(agent, "total_simulations", 0)
     decision_sims0 = getattr(agent, "simulations", None)
     horizon = playable_steps(env)
@@ -168,6 +177,7 @@ def play_episode(
         wall_time_s=time.perf_counter() - started,
         decision_simulations=None if decision_sims0 is None else int(agent.simulations) - int(decision_sims0),
         start_step=int(getattr(env, "ace_episode_start", 0)),
+        acted=None if acted0 is None else int(agent.acted) - int(acted0),
     )
 
 
