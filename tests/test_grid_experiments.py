@@ -201,30 +201,46 @@ def test_the_budget_curve_is_make_runs_configuration_at_three_budgets() -> None:
     assert len(spec.primaries) == 12 and spec.seeds == [0, 1] and len(spec.reward_vs) == 3
 
 
-def test_the_temperature_study_is_the_budget_curve_with_the_bound_and_can_reuse_its_unbounded_runs() -> None:
-    """Its unbounded rows are the budget curve's own (same ids, same configuration: their runs can be copied in and
-    reused); its bounded rows differ from them in sac.max_alpha alone."""
-    spec = ex.load_experiment(REPO / "experiments" / "temperature_bound.toml")
+# The studies of the budget curve's learner: {file: {kind: {variant row id: (its own overrides as (section, key,
+# value))}}}. Their unchanged rows are the curve's own runs (copied in and reused).
+CURVE_STUDIES = {
+    "temperature_bound": {"sac-only": {"sac-only-bounded": [("sac", "max_alpha", 0.2)]},
+                          "ace": {"ace-bounded": [("sac", "max_alpha", 0.2)]}},
+    "critic_divergence": {"sac-only": {"sac-only-utd1": [("train", "updates_per_decision", 1)],
+                                       "sac-only-layernorm": [("sac", "critic_layer_norm", True)],
+                                       "sac-only-layernorm-bounded": [("sac", "critic_layer_norm", True),
+                                                                      ("sac", "max_alpha", 0.2)]}},
+}
+
+
+@pytest.mark.parametrize("name", sorted(CURVE_STUDIES))
+def test_a_study_of_the_curve_reuses_its_runs_and_changes_one_setting_per_row(name: str) -> None:
+    """Its unchanged rows are the budget curve's own (same ids, same configuration: their runs can be copied in and
+    reused); each other row differs from them in the named settings alone."""
+    path = REPO / "experiments" / f"{name}.toml"
+    spec = ex.load_experiment(path)
     curve = ex.load_experiment(REPO / "experiments" / "budget_curve.toml")
     assert (spec.test_pairs, spec.validation_pairs, spec.seeds) == (curve.test_pairs, curve.validation_pairs,
                                                                      curve.seeds)
-    for kind in ("sac-only", "ace"):
-        plain, bounded = ({r.train_id: r for r in spec.rows if r.kind == kind}[k] for k in (kind, f"{kind}-bounded"))
-        theirs = next(r for r in curve.rows if r.kind == kind)
+    for kind, variants in CURVE_STUDIES[name].items():
+        rows = {r.train_id: r for r in spec.rows if r.kind == kind}
+        plain, theirs = rows[kind], next(r for r in curve.rows if r.kind == kind)
         assert plain.train_id == theirs.train_id and plain.budgets == theirs.budgets == (20000, 40000, 100000)
+        assert set(rows) == {kind, *variants}
         for seed in spec.seeds:
             assert ex.training_fingerprint(spec.row_config(plain, seed)) == ex.training_fingerprint(
                 curve.row_config(theirs, seed))
-            mine = spec.row_config(bounded, seed).to_dict()
-            assert mine["sac"].pop("max_alpha") == 0.2 == mine["sac"]["init_alpha"]
-            other = spec.row_config(plain, seed).to_dict()
-            other["sac"].pop("max_alpha")
-            assert mine == other
-    assert len(spec.primaries) == 2 and states_its_status((REPO / "experiments" / "temperature_bound.toml").read_text())
+            for variant, changes in variants.items():
+                mine, other = spec.row_config(rows[variant], seed).to_dict(), spec.row_config(plain, seed).to_dict()
+                for section, key, value in changes:
+                    assert mine[section].pop(key) == value != other[section].pop(key)
+                assert mine == other
+    assert len(spec.primaries) == sum(map(len, CURVE_STUDIES[name].values())) and states_its_status(path.read_text())
 
 
 @pytest.mark.parametrize("path", [REPO / "experiments" / "budget_curve.toml",
-                                  REPO / "experiments" / "temperature_bound.toml", *GRID_FILES, *STUDY_FILES],
+                                  *(REPO / "experiments" / f"{name}.toml" for name in CURVE_STUDIES), *GRID_FILES,
+                                  *STUDY_FILES],
                          ids=lambda p: p.stem)
 def test_the_smoke_version_of_a_file_keeps_its_rows_and_names_and_shrinks_the_rest(path: Path) -> None:
     spec = ex.load_experiment(path)

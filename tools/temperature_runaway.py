@@ -1,10 +1,12 @@
-"""Does SAC's temperature run away? alpha, entropy − target and mean Q of each run of an experiment, per step bin.
+"""Does SAC's temperature run away? alpha, entropy − target, mean Q and Q / alpha of each run, per step bin.
 
 Reads every ``runs/*/metrics.jsonl`` under an experiment's output directory (``ace-hybrid experiment --out DIR``)
 and prints, for each SAC run, one column per bin of environment steps: the mean temperature alpha, the mean of the
 policy's entropy minus its target entropy, and the mean Q of the sampled actions, over the updates logged in that
-bin. A temperature that keeps rising while the entropy stays below target, and Q values growing with it, is the
-runaway ``sac.max_alpha`` bounds (experiments/temperature_bound.toml).
+bin, and Q / alpha. A temperature that keeps rising while the entropy stays below target, and Q values growing with
+it, is the runaway ``sac.max_alpha`` bounds (experiments/temperature_bound.toml). Q growing with Q / alpha steady is
+the soft value's entropy bonus growing with the temperature (alpha x the policy's entropy at every later decision);
+Q / alpha growing with alpha held is a critic diverging (experiments/critic_divergence.toml).
 
     PYTHONPATH=python python tools/temperature_runaway.py runs/budget_curve [--bin 10000]
 """
@@ -44,11 +46,11 @@ def main(argv: list[str] | None = None) -> int:
     runs = sorted((args.out / "runs").glob("*/metrics.jsonl"))
     if not runs:
         p.error(f"no runs/*/metrics.jsonl under {args.out}")
-    print(f"alpha / entropy - target / mean Q, per {args.bin:,} environment steps")
+    print(f"alpha / entropy - target / mean Q / Q over alpha, per {args.bin:,} environment steps")
     for metrics in runs:
         bins = binned(metrics, args.bin)
         if bins:  # MaskablePPO's runs log no SAC update
-            cells = " ".join(f"{a:.2g}/{d:+.1f}/{q:.3g}" for a, d, q in bins.values())
+            cells = " ".join(f"{a:.2g}/{d:+.1f}/{q:.3g}/{q / a:.3g}" for a, d, q in bins.values())
             print(f"{metrics.parent.name:<28} {cells}")
     return 0
 
