@@ -39,12 +39,14 @@ class SACConfig:
     """Initial temperature alpha (> 0); then tuned automatically towards the target entropy."""
     max_alpha: float = math.inf
     """The temperature never rises above it (>= init_alpha; inf: no bound). Where the policy's entropy stays below
-    its target the tuning raises alpha without end, as in the budget curve's runs; bounding it did not keep their
-    critics from diverging (experiments/temperature_bound.toml, docs/results.md)."""
+    its target the tuning raises alpha without end, as in the budget curve's runs; bounded, the policy's entropy
+    collapsed and the critics diverged, and survival did not change (experiments/temperature_bound.toml,
+    docs/results.md)."""
     critic_layer_norm: bool = False
-    """A LayerNorm after each hidden layer of the critics (and their targets), before its ReLU: it bounds the
-    features the critics' heads read, which keeps Q from growing without end under many updates per transition
-    (Ball et al. 2023, RLPD; experiments/critic_divergence.toml measures it here)."""
+    """A LayerNorm after each hidden layer of the critics (and their targets), before its ReLU, as high
+    update-to-data learners use against diverging critics (Ball et al. 2023, RLPD). Measured here
+    (experiments/critic_divergence.toml): it slowed the divergence with the temperature bounded, did not stop it,
+    and did not change survival; off by default."""
     target_entropy_ratio: float = 0.5
     """Target entropy per state = ratio * log(number of legal actions), ratio in [0, 1] (see the module doc)."""
     grad_clip: float = 10.0
