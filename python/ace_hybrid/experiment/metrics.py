@@ -23,12 +23,11 @@ TEST_METRICS: tuple[tuple[str, str, str, str, str | None, bool], ...] = (
 """(key, column title, format, numerator, denominator, interval shown in the table) of the metrics measured on the
 test episodes: the sum of the numerator over a row's episodes divided by the sum of the denominator (by the number
 of episodes when None); "Decisions that act" is the share of danger states where the agent played something other
-than do-nothing (what it chose, beside how well it did); the simulation columns are as :data:`SIMULATIONS_NOTE` says. Episode reward is the
-environment's own reward (grid2op's, not the agents' training reward) summed over an episode; the L2RPN score is
-grid2op's score class of the environment (:mod:`ace_hybrid.grid.scores`), per episode, in experiments with ``score =
-true``. Every one has its interval in
-results.json; the table prints those of the outcomes (the costs, simulations and seconds, vary little and print as
-points)."""
+than do-nothing (what it chose, beside how well it did); the simulation columns are as :data:`SIMULATIONS_NOTE`
+says. Episode reward is the environment's own reward (grid2op's, not the agents' training reward) summed over an
+episode; the L2RPN score is grid2op's score class of the environment (:mod:`ace_hybrid.grid.scores`), per episode,
+in experiments with ``score = true``. Every one has its interval in results.json; the table prints those of the
+outcomes (the costs, simulations and seconds, vary little and print as points)."""
 TEST_METRIC = {m[0]: m for m in TEST_METRICS}
 """:data:`TEST_METRICS` by key."""
 SIMULATIONS_NOTE = ("Simulations / decision counts the agent's own obs.simulate calls per danger state (the greedy "
@@ -50,8 +49,8 @@ SECONDARY: tuple[str, ...] = ("episode_reward", "l2rpn_score")
 OPTIONAL_COLUMNS: tuple[str, ...] = ("l2rpn_score", "acting_share")
 """Columns a table leaves out when no row has a value in them (the score, without ``score = true``; the acting share
 of cells made before it was counted)."""
-COLUMNS: tuple[str, ...] = ("survival_rate", "episode_reward", "l2rpn_score", "acting_share", "simulations_per_decision",
-                            "all_simulations_per_decision", "env_steps", "llm_calls", "llm_accepted", "train_seconds",
+COLUMNS: tuple[str, ...] = ("survival_rate", "episode_reward", "l2rpn_score", "acting_share",
+                            "simulations_per_decision", "all_simulations_per_decision", "env_steps", "llm_calls", "llm_accepted", "train_seconds",
                             "test_seconds_per_episode")
 """The table's metric columns, in order."""
 METRICS: tuple[tuple[str, str, str], ...] = tuple(

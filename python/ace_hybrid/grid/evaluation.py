@@ -41,10 +41,10 @@ class EpisodeResult:
     """The simulations the agent made to decide in danger states (its safe rule's excluded); None for an agent that
     does not count them apart."""
     start_step: int = 0
+    """The step of its scenario the episode started at (``env.start_spread``); ``max_steps`` counts from there."""
     acted: int | None = None
     """Decisions whose action was not do-nothing (None for an agent that does not count them): a policy that does
     nothing at almost every decision survives like doing nothing."""
-    """The step of its scenario the episode started at (``env.start_spread``); ``max_steps`` counts from there."""
 
     @property
     def survival_rate(self) -> float:
