@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ace_hybrid.config import SACConfig
+from ace_hybrid.config import ADDED, SACConfig
 from ace_hybrid.sac.batch import UpdateBatch, check_dims, to_tensors
 from ace_hybrid.sac.networks import ScoreNet
 from ace_hybrid.sac.policy import SACPolicy
@@ -363,7 +363,8 @@ class DiscreteSAC(SACPolicy):
                 raise ValueError(f"state['{name}'] = {state[name]} but this agent has {getattr(self, name)}")
         cfg = state["config"]
         for name in ("hidden", "head", "embed_dim", "critic_layer_norm"):
-            mine, theirs = getattr(self.cfg, name), cfg.get(name, False if name == "critic_layer_norm" else None)
+            # A key added after a state was saved reads as its default (ADDED) there.
+            mine, theirs = getattr(self.cfg, name), cfg.get(name, ADDED.get(f"sac.{name}"))
             if (tuple(theirs) if name == "hidden" and theirs is not None else theirs) != (
                     tuple(mine) if name == "hidden" else mine):
                 raise ValueError(f"state['config']['{name}'] = {theirs!r} but this agent has {mine!r}")
