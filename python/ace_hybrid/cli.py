@@ -173,7 +173,7 @@ def missing_extra(exc: BaseException, wanted: str | None = None) -> str | None:
     return f"{module} is not installed: pip install 'ace-hybrid[{extra}]'"
 
 
-def _int_list(text: str) -> list[int]:
+def int_list(text: str) -> list[int]:
     """``"0,1,2"`` or ``"0-2"`` or a mix, as a list of ints."""
     out: list[int] = []
     for part in text.split(","):
@@ -188,7 +188,7 @@ def _int_list(text: str) -> list[int]:
     return out
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -221,8 +221,8 @@ def _add_evaluate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     ev.add_argument("--agent", required=True,
                     help="do-nothing | reco | greedy | lac (the LLM-only LAC agent, embedded model) | checkpoint:PATH "
                     "(a trained agent's checkpoint) | maskable-ppo:RUN_DIR (an experiment's trained MaskablePPO run)")
-    ev.add_argument("--episodes", type=_int_list, default=[0], help="scenario ids, e.g. '0,1' or '0-2' (default 0)")
-    ev.add_argument("--seeds", type=_int_list, default=[0],
+    ev.add_argument("--episodes", type=int_list, default=[0], help="scenario ids, e.g. '0,1' or '0-2' (default 0)")
+    ev.add_argument("--seeds", type=int_list, default=[0],
                     help="episode seeds: one for all scenarios or one per scenario (default 0)")
     ev.add_argument("--env-seed", type=int, default=0, help="seed of the environment's own generators (default 0)")
     ev.add_argument("--start-spread", type=int, default=0, metavar="N",
@@ -280,8 +280,8 @@ def _add_experiment(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                     "each row's own overrides, e.g. --set train.total_env_steps=2000")
     ex.add_argument("--rows", default=None, metavar="ID,ID",
                     help="run only these row ids (default: every row of the file)")
-    ex.add_argument("--seeds", type=_int_list, default=None, help="replace the file's seeds, e.g. '0,1,2' or '0-2'")
-    ex.add_argument("--jobs", type=_positive_int, default=1, metavar="N",
+    ex.add_argument("--seeds", type=int_list, default=None, help="replace the file's seeds, e.g. '0,1,2' or '0-2'")
+    ex.add_argument("--jobs", type=positive_int, default=1, metavar="N",
                     help="run N cells at once in worker processes (default 1; a cell's figures do not depend on "
                     "it, its times do)")
     ex.add_argument("--on", choices=("test", "validation"), default="test",

@@ -1,0 +1,88 @@
+"""What a trained policy puts its probability on where it decides: do nothing, or something it would play.
+
+Plays a checkpoint's policy alone (``topk = 0``, as ``ace-hybrid evaluate --topk 0`` does) on the given (scenario,
+seed) pairs and, at every decision (max rho above the run's threshold), reads the policy's probabilities over its
+action set. Prints, per episode and over all, the decisions, the share where the policy plays an action that is not
+do nothing, the mean probability of do nothing and of the most likely other action, and the three actions played
+most. A policy still at its initial probabilities (``sac.prior_prob`` on do nothing, the rest uniform) shows do
+nothing's probability at the prior at every decision: it never acts because it has not learned, not because it
+learned that doing nothing is best.
+
+The episodes are the run's own grid with its generator seed and episode starts (``env.start_spread``).
+
+    PYTHONPATH=python python tools/policy_choices.py runs/X/runs/sac-only-seed0/best.pt --episodes 0 \\
+        --seeds 200-203 [--max-steps N]
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ace_hybrid.cli import int_list, positive_int
+from ace_hybrid.config import config_from_dict
+from ace_hybrid.grid.env import make_config_env
+from ace_hybrid.grid.evaluation import parse_pairs, play_episode
+from ace_hybrid.training.checkpoint import load_checkpoint_file
+from ace_hybrid.training.policy import SACAgent, load_agent
+
+
+class RecordingAgent(SACAgent):
+    """A :class:`SACAgent` (policy alone) that keeps, per decision, p(do nothing), the most likely other action's
+    probability and the action played."""
+
+    def __init__(self, env: Any, agent: SACAgent) -> None:
+        super().__init__(env, agent.sac, agent.actions, agent.features, agent.normalizer,
+                         agent.threshold, topk=0)
+        self.records: list[tuple[float, float, int]] = []
+
+    def decide(self, observation: Any) -> Any:
+        x = self.normalizer(self.features(observation))
+        mask = self.actions.legal_mask(observation)
+        probs = self.policy_probs(x, mask)
+        played = self.most_likely(x, mask)
+        self.records.append((float(probs[0]), float(np.max(probs[1:], initial=0.0)), played))
+        return self.actions.action(played)
+
+
+def summary(records: list[tuple[float, float, int]]) -> str:
+    if not records:
+        return "no decision"
+    p_dn, p_other, played = (np.asarray(c) for c in zip(*records))
+    top = ", ".join(f"{a} x{n}" for a, n in Counter(played.tolist()).most_common(3))
+    return (f"{len(records):>5} decisions, acts at {np.mean(played != 0):6.1%}, p(do nothing) {p_dn.mean():.3f} "
+            f"[{p_dn.min():.3f}, {p_dn.max():.3f}], best other {p_other.mean():.3f}; played: {top}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("checkpoint", type=Path, help="a run's checkpoint (best.pt, best-N.pt or checkpoint.pt)")
+    p.add_argument("--episodes", type=int_list, default=[0],
+                   help="scenario ids, one per seed or one for all, e.g. '0,1' (default 0)")
+    p.add_argument("--seeds", type=int_list, default=[200], help="episode seeds, e.g. '200,201' or '200-203'")
+    p.add_argument("--max-steps", type=positive_int, default=None, help="cut each episode after this many steps")
+    args = p.parse_args(argv)
+    if not args.checkpoint.is_file():
+        p.error(f"checkpoint {args.checkpoint} is not a file")
+    scenarios = args.episodes * len(args.seeds) if len(args.episodes) == 1 else args.episodes  # one for every seed
+    pairs = parse_pairs(scenarios, args.seeds)
+    # The run's own grid, generator seed and episode starts, as its evaluation had them.
+    env = make_config_env(config_from_dict(load_checkpoint_file(args.checkpoint)["config"]))
+    agent = RecordingAgent(env, load_agent(args.checkpoint, env, topk=0))
+    every: list[tuple[float, float, int]] = []
+    for scenario, seed in pairs:
+        agent.records = []
+        result = play_episode(env, agent, scenario, seed, max_steps=args.max_steps)
+        every += agent.records
+        survived = f"{result.steps_survived:>5}/{result.max_steps:<5}"
+        print(f"({scenario}, {seed}) survived {survived} {summary(agent.records)}")
+    print(f"all {len(pairs)} episodes: {summary(every)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
