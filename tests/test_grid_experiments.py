@@ -201,45 +201,52 @@ def test_the_budget_curve_is_make_runs_configuration_at_three_budgets() -> None:
     assert len(spec.primaries) == 12 and spec.seeds == [0, 1] and len(spec.reward_vs) == 3
 
 
-# The studies of the budget curve's learner: {file: {kind: {variant row id: (its own overrides as (section, key,
-# value))}}}. Their unchanged rows are the curve's own runs (copied in and reused).
-CURVE_STUDIES = {
-    "temperature_bound": {"sac-only": {"sac-only-bounded": [("sac", "max_alpha", 0.2)]},
-                          "ace": {"ace-bounded": [("sac", "max_alpha", 0.2)]}},
-    "critic_divergence": {"sac-only": {"sac-only-utd1": [("train", "updates_per_decision", 1)],
-                                       "sac-only-layernorm": [("sac", "critic_layer_norm", True)],
-                                       "sac-only-layernorm-bounded": [("sac", "critic_layer_norm", True),
-                                                                      ("sac", "max_alpha", 0.2)]}},
+# The studies that change one setting of another file's trained rows: {file: (the file whose runs it reuses, {kind:
+# {variant row id: (its own overrides as (section, key, value))}})}. Their unchanged rows are that file's own runs
+# (copied in and reused).
+SEL8 = [[0, 10], [0, 11], [0, 12], [0, 13], [0, 22], [0, 36], [0, 43], [0, 49]]
+STUDIES_OF_RUNS = {
+    "temperature_bound": ("budget_curve", {"sac-only": {"sac-only-bounded": [("sac", "max_alpha", 0.2)]},
+                                           "ace": {"ace-bounded": [("sac", "max_alpha", 0.2)]}}),
+    "critic_divergence": ("budget_curve", {
+        "sac-only": {"sac-only-utd1": [("train", "updates_per_decision", 1)],
+                     "sac-only-layernorm": [("sac", "critic_layer_norm", True)],
+                     "sac-only-layernorm-bounded": [("sac", "critic_layer_norm", True), ("sac", "max_alpha", 0.2)]}}),
+    "selection_wcci_2020": ("grid_wcci_2020", {"sac-only": {"sac-only-sel8": [("env", "eval_pairs", SEL8)]},
+                                               "expert-guided": {"expert-guided-rl-sel8": [("env", "eval_pairs", SEL8)]},
+                                               "ace": {"ace-sel8": [("env", "eval_pairs", SEL8)]}}),
 }
 
 
-@pytest.mark.parametrize("name", sorted(CURVE_STUDIES))
-def test_a_study_of_the_curve_reuses_its_runs_and_changes_one_setting_per_row(name: str) -> None:
-    """Its unchanged rows are the budget curve's own (same ids, same configuration: their runs can be copied in and
+@pytest.mark.parametrize("name", sorted(STUDIES_OF_RUNS))
+def test_a_study_of_another_files_runs_reuses_them_and_changes_one_setting_per_row(name: str) -> None:
+    """Its unchanged rows are the other file's own (same ids, same configuration: their runs can be copied in and
     reused); each other row differs from them in the named settings alone."""
     path = REPO / "experiments" / f"{name}.toml"
     spec = ex.load_experiment(path)
-    curve = ex.load_experiment(REPO / "experiments" / "budget_curve.toml")
-    assert (spec.test_pairs, spec.validation_pairs, spec.seeds) == (curve.test_pairs, curve.validation_pairs,
-                                                                     curve.seeds)
-    for kind, variants in CURVE_STUDIES[name].items():
+    base_name, studied = STUDIES_OF_RUNS[name]
+    base = ex.load_experiment(REPO / "experiments" / f"{base_name}.toml")
+    assert (spec.test_pairs, spec.validation_pairs, spec.seeds) == (base.test_pairs, base.validation_pairs,
+                                                                     base.seeds)
+    for kind, variants in studied.items():
         rows = {r.train_id: r for r in spec.rows if r.kind == kind}
-        plain, theirs = rows[kind], next(r for r in curve.rows if r.kind == kind)
-        assert plain.train_id == theirs.train_id and plain.budgets == theirs.budgets == (20000, 40000, 100000)
-        assert set(rows) == {kind, *variants}
+        theirs = next(r for r in base.rows if r.kind == kind)
+        plain = rows[theirs.train_id]
+        assert plain.budgets == theirs.budgets
+        assert set(rows) == {theirs.train_id, *variants}
         for seed in spec.seeds:
             assert ex.training_fingerprint(spec.row_config(plain, seed)) == ex.training_fingerprint(
-                curve.row_config(theirs, seed))
+                base.row_config(theirs, seed))
             for variant, changes in variants.items():
                 mine, other = spec.row_config(rows[variant], seed).to_dict(), spec.row_config(plain, seed).to_dict()
                 for section, key, value in changes:
                     assert mine[section].pop(key) == value != other[section].pop(key)
                 assert mine == other
-    assert len(spec.primaries) == sum(map(len, CURVE_STUDIES[name].values())) and states_its_status(path.read_text())
+    assert len(spec.primaries) == sum(map(len, studied.values())) and states_its_status(path.read_text())
 
 
 @pytest.mark.parametrize("path", [REPO / "experiments" / "budget_curve.toml",
-                                  *(REPO / "experiments" / f"{name}.toml" for name in CURVE_STUDIES), *GRID_FILES,
+                                  *(REPO / "experiments" / f"{name}.toml" for name in STUDIES_OF_RUNS), *GRID_FILES,
                                   *STUDY_FILES],
                          ids=lambda p: p.stem)
 def test_the_smoke_version_of_a_file_keeps_its_rows_and_names_and_shrinks_the_rest(path: Path) -> None:
