@@ -51,3 +51,12 @@ def test_policy_choices_refuses_a_missing_checkpoint(tmp_path: Path, capsys) -> 
     with pytest.raises(SystemExit):
         _tool("policy_choices").main([str(tmp_path / "none.pt")])
     assert "none.pt is not a file" in capsys.readouterr().err
+
+
+@pytest.mark.grid2op
+def test_policy_choices_refuses_a_file_that_is_not_a_checkpoint(tmp_path: Path, capsys) -> None:
+    bad = tmp_path / "best.pt"
+    bad.write_bytes(b"not a checkpoint")
+    with pytest.raises(SystemExit):
+        _tool("policy_choices").main([str(bad)])
+    assert str(bad) in capsys.readouterr().err

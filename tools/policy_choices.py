@@ -4,9 +4,9 @@ Plays a checkpoint's policy alone (``topk = 0``, as ``ace-hybrid evaluate --topk
 seed) pairs and, at every decision (max rho above the run's threshold), reads the policy's probabilities over its
 action set. Prints, per episode and over all, the decisions, the share where the policy plays an action that is not
 do nothing, the mean probability of do nothing and of the most likely other action, and the three actions played
-most. A policy still at its initial probabilities (``sac.prior_prob`` on do nothing, the rest uniform) shows do
-nothing's probability at the prior at every decision: it never acts because it has not learned, not because it
-learned that doing nothing is best.
+most. A policy still at its initial probabilities (``sac.prior_prob`` on do nothing, the rest near uniform) shows do
+nothing's probability at the prior, give or take what the untrained network adds, at every decision: it never acts
+because it has not learned, not because it learned that doing nothing is best.
 
 The episodes are the run's own grid with its generator seed and episode starts (``env.start_spread``).
 
@@ -69,17 +69,20 @@ def main(argv: list[str] | None = None) -> int:
     if not args.checkpoint.is_file():
         p.error(f"checkpoint {args.checkpoint} is not a file")
     scenarios = args.episodes * len(args.seeds) if len(args.episodes) == 1 else args.episodes  # one for every seed
-    pairs = parse_pairs(scenarios, args.seeds)
-    # The run's own grid, generator seed and episode starts, as its evaluation had them.
-    env = make_config_env(config_from_dict(load_checkpoint_file(args.checkpoint)["config"]))
-    agent = RecordingAgent(env, load_agent(args.checkpoint, env, topk=0))
-    every: list[tuple[float, float, int]] = []
-    for scenario, seed in pairs:
-        agent.records = []
-        result = play_episode(env, agent, scenario, seed, max_steps=args.max_steps)
-        every += agent.records
-        survived = f"{result.steps_survived:>5}/{result.max_steps:<5}"
-        print(f"({scenario}, {seed}) survived {survived} {summary(agent.records)}")
+    try:
+        pairs = parse_pairs(scenarios, args.seeds)
+        # The run's own grid, generator seed and episode starts, as its evaluation had them.
+        env = make_config_env(config_from_dict(load_checkpoint_file(args.checkpoint)["config"]))
+        agent = RecordingAgent(env, load_agent(args.checkpoint, env, topk=0))
+        every: list[tuple[float, float, int]] = []
+        for scenario, seed in pairs:
+            agent.records = []
+            result = play_episode(env, agent, scenario, seed, max_steps=args.max_steps)
+            every += agent.records
+            survived = f"{result.steps_survived:>5}/{result.max_steps:<5}"
+            print(f"({scenario}, {seed}) survived {survived} {summary(agent.records)}")
+    except (ValueError, IndexError) as exc:  # a bad pair or file: its message names the value and the range
+        p.error(str(exc))
     print(f"all {len(pairs)} episodes: {summary(every)}")
     return 0
 
