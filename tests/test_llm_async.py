@@ -350,10 +350,12 @@ class _NoBar:
 @pytest.mark.slow
 def test_the_loop_keeps_stepping_while_one_worker_thread_owns_the_backend(tiny_lm, tmp_path, slow_backend) -> None:
     # worker_nice 0: what is tested is the queue and who owns the backend; at nice 19 a loaded machine may starve
-    # the worker of the CPU until the drain (that priority has its own test).
-    cfg = _cfg(tiny_lm, "train.total_env_steps=150", "ace.max_llm_calls=0", "ace.queue_size=1",
+    # the worker of the CPU until the drain (that priority has its own test). A round after every accepted
+    # refinement, over 300 steps (7-8 bad transitions reach the slow LLM, 2-3 accepted): with a round every 2 over 150
+    # steps, a run where timing let only one be accepted made no round (1 run in 3 on a 2-core machine).
+    cfg = _cfg(tiny_lm, "train.total_env_steps=300", "ace.max_llm_calls=0", "ace.queue_size=1",
                "ace.queue_overflow=drop_oldest", "ace.worker_nice=0",
-               "ace.finetune_every=2", "ace.finetune_pairs=2", "ace.probe_size=1")
+               "ace.finetune_every=1", "ace.finetune_pairs=1", "ace.probe_size=1")
     summary = train(cfg, tmp_path / "run")
     llm, queue = summary["llm"], summary["llm"]["queue"]
     assert queue["async"] and queue["overflow"] == "drop_oldest" and queue["pending"] == 0
