@@ -40,13 +40,12 @@ class RecordingAgent(SACAgent):
                          agent.threshold, topk=0)
         self.records: list[tuple[float, float, int]] = []
 
-    def decide(self, observation: Any) -> Any:
-        x = self.normalizer(self.features(observation))
-        mask = self.actions.legal_mask(observation)
+    def most_likely(self, x: np.ndarray, mask: np.ndarray) -> int:
+        # PolicyAgent.decide asks this at each decision (topk = 0): record, then play as the deployed agent does.
         probs = self.policy_probs(x, mask)
-        played = self.most_likely(x, mask)
+        played = super().most_likely(x, mask)
         self.records.append((float(probs[0]), float(np.max(probs[1:], initial=0.0)), played))
-        return self.actions.action(played)
+        return played
 
 
 def summary(records: list[tuple[float, float, int]]) -> str:
