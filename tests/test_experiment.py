@@ -3,6 +3,7 @@ resumability, errors that name the culprit, and the shipped experiment files."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import subprocess
@@ -514,6 +515,33 @@ def test_deploy_topk_expands_a_training_row_and_fails_naming_the_row(tmp_path: P
         ex.load_experiment(path)
 
 
+def test_deploy_shortlist_adds_a_row_per_check_and_fails_naming_the_row(tmp_path: Path) -> None:
+    path = write_experiment(tmp_path / "ok.toml", rows='[[rows]]\nname = "SAC"\nkind = "sac-only"\n'
+                                                      'deploy_topk = [0, 4]\ndeploy_shortlist = [0, 2]\n')
+    spec = ex.load_experiment(path)
+    assert [(r.id, r.name, r.topk, r.shortlist, r.train_id) for r in spec.rows] == [
+        ("sac-alone", "SAC (policy alone)", 0, None, "sac"),
+        ("sac-top4", "SAC + top-4 check", 4, 0, "sac"),
+        ("sac-top4-s2", "SAC + top-4 check, 2 from the shortlist", 4, 2, "sac")]
+    plain, mixed = (next(r for r in spec.rows if r.id == i) for i in ("sac-top4", "sac-top4-s2"))
+    cfg = spec.row_config(plain, 0)
+    fingerprint = ex.cells.fingerprint
+    assert fingerprint(spec, plain, cfg) != fingerprint(spec, mixed, cfg)
+    # The plain check's cells made before deploy_shortlist existed stay valid.
+    assert fingerprint(spec, plain, cfg) == fingerprint(spec, dataclasses.replace(plain, shortlist=None), cfg)
+    for bad, message in (("[4]", r"deploy_shortlist = \[4\] \(row 'SAC'\) must be a non-empty list of distinct "
+                                 r"integers in \[0, 3\]"),
+                         ("[1, 1]", r"deploy_shortlist = \[1, 1\]"), ("2", r"deploy_shortlist = 2")):
+        path = write_experiment(tmp_path / "bad.toml", rows='[[rows]]\nname = "SAC"\nkind = "sac-only"\n'
+                                                           f'deploy_topk = [0, 4]\ndeploy_shortlist = {bad}\n')
+        with pytest.raises(ValueError, match=message):
+            ex.load_experiment(path)
+    path = write_experiment(tmp_path / "bad.toml", rows='[[rows]]\nname = "SAC"\nkind = "sac-only"\n'
+                                                       'deploy_topk = [0]\ndeploy_shortlist = [0, 1]\n')
+    with pytest.raises(ValueError, match=r"deploy_shortlist \(row 'SAC'\) needs a top-k check"):
+        ex.load_experiment(path)
+
+
 def test_bad_config_key_fails_naming_the_row_and_key(tmp_path: Path) -> None:
     path = write_experiment(tmp_path / "bad.toml", rows='[[rows]]\nname = "SAC"\nkind = "sac-only"\n'
                                                        'set = ["sac.hiden=[8]"]\n')
@@ -806,7 +834,8 @@ def test_the_shipped_experiment_files_are_valid(path: Path) -> None:
     scenarios = set(spec.row_config(spec.rows[0], None if not spec.rows[0].trains else 0).env.train_scenarios)
     assert {s for s, _ in spec.test_pairs} == {s for s, _ in spec.validation_pairs} == scenarios
     assert ex.load_experiment(path, on="validation").pairs == spec.validation_pairs
-    if path.stem in ("budget_study", "temperature_bound", "critic_divergence", "selection_wcci_2020") or \
+    if path.stem in ("budget_study", "temperature_bound", "critic_divergence", "selection_wcci_2020",
+                     "search_neurips") or \
             path.stem.startswith("action_sets_"):
         # studies that choose a configuration
         assert "--on validation" in path.read_text()

@@ -245,9 +245,31 @@ def test_a_study_of_another_files_runs_reuses_them_and_changes_one_setting_per_r
     assert len(spec.primaries) == sum(map(len, studied.values())) and states_its_status(path.read_text())
 
 
+def test_the_search_study_tests_the_budget_curves_own_trainings_with_the_same_simulations() -> None:
+    """Nothing is trained anew: each trained row is the curve's (same id, same configuration: its runs are copied
+    in), deployed with the top-7 check whose candidates come partly from the shortlist; the tutor control simulates
+    as much as the check, and no check simulates more than a third of the greedy expert's budget."""
+    path = REPO / "experiments" / "search_neurips.toml"
+    spec, base = ex.load_experiment(path), ex.load_experiment(REPO / "experiments" / "budget_curve.toml")
+    assert (spec.test_pairs, spec.validation_pairs, spec.seeds) == (base.test_pairs, base.validation_pairs,
+                                                                     base.seeds)
+    trained = [r for r in spec.rows if r.trains]
+    assert {(r.kind, r.budget, r.shortlist) for r in trained} == {
+        (kind, b, m) for kind in ("expert-guided", "ace") for b in (20000, 40000, 100000) for m in (0, 3, 5)}
+    for row in trained:
+        theirs = next(r for r in base.rows if r.train_id == row.train_id and r.budget == row.budget)
+        assert row.topk == 7 and (row.topk + 1) * 3 <= spec.greedy_budget
+        for seed in spec.seeds:
+            assert ex.training_fingerprint(spec.row_config(row, seed)) == ex.training_fingerprint(
+                base.row_config(theirs, seed))
+    tutor = next(r for r in spec.rows if r.kind == "tutor")
+    assert spec.row_config(tutor, None).train.tutor_budget == 8 and len(spec.primaries) == 12
+    assert states_its_status(path.read_text())
+
+
 @pytest.mark.parametrize("path", [REPO / "experiments" / "budget_curve.toml",
                                   *(REPO / "experiments" / f"{name}.toml" for name in STUDIES_OF_RUNS), *GRID_FILES,
-                                  *STUDY_FILES],
+                                  *STUDY_FILES, REPO / "experiments" / "search_neurips.toml"],
                          ids=lambda p: p.stem)
 def test_the_smoke_version_of_a_file_keeps_its_rows_and_names_and_shrinks_the_rest(path: Path) -> None:
     spec = ex.load_experiment(path)

@@ -146,3 +146,30 @@ def test_topk_deployment_simulates_the_policys_candidates(tmp_path: Path) -> Non
     with pytest.raises(ValueError, match="topk = -1"):
         load_agent(tmp_path / "run" / "checkpoint.pt", env, topk=-1)
     env.close()
+
+
+def test_a_check_with_a_shortlist_simulates_the_policys_best_and_the_experts_candidates(tmp_path: Path) -> None:
+    from ace_hybrid.config import load_config
+    from ace_hybrid.grid.env import make_env
+    from ace_hybrid.training.policy import load_agent
+
+    train(tiny(100, "train.eval_every=0", "log.tensorboard=false"), tmp_path / "run")
+    env = make_env("l2rpn_case14_sandbox", seed=0)
+    obs = env.reset()
+    path = tmp_path / "run" / "checkpoint.pt"
+    plain, mixed = load_agent(path, env, topk=4), load_agent(path, env, topk=4, shortlist=3)
+    x = plain.normalizer(plain.features(obs))
+    mask = plain.actions.legal_mask(obs)
+    ranked = plain.checked(obs, x, mask)
+    assert len(ranked) == 4 and 0 not in ranked and all(mask[a] for a in ranked)
+    expert = [int(a) for a in mixed.actions.shortlist(obs, 4) if int(a) != ranked[0]][:3]
+    assert mixed.checked(obs, x, mask) == [ranked[0], *expert]  # the policy's best, then the expert's first 3
+    assert expert != ranked[1:]  # the untrained policy's order is not the heuristic's: the two checks differ
+    for topk, shortlist, message in ((4, 4, r"shortlist = 4 out of range \[0, topk - 1 = 3\]"),
+                                     (0, 1, r"shortlist = 1 out of range \[0, topk - 1 = 0\]"),
+                                     (4, -1, r"shortlist = -1 out of range")):
+        with pytest.raises(ValueError, match=message):
+            load_agent(path, env, topk=topk, shortlist=shortlist)
+    with pytest.raises(ValueError, match=r"env.deploy_shortlist.*must be 0 or in \[1, env.deploy_topk - 1 = 7\]"):
+        load_config(None, ["env.deploy_topk=8", "env.deploy_shortlist=8"])
+    env.close()

@@ -14,6 +14,7 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from ace_hybrid.known_warnings import ignore_known_warnings
 
@@ -234,6 +235,9 @@ def _add_evaluate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     ev.add_argument("--topk", type=int, default=None,
                     help="trained agents: simulate the policy's k most likely actions and play the safest "
                     "(0: the most likely, unchecked; default: the run's env.deploy_topk)")
+    ev.add_argument("--shortlist", type=int, default=None, metavar="M",
+                    help="trained agents: M of the k checked are the greedy expert's heuristic shortlist, k - M the "
+                    "policy's most likely (default: the run's env.deploy_shortlist; 0: all the policy's)")
     ev.add_argument("--score", action="store_true",
                     help="also compute grid2op's L2RPN score (runs its reference agents on a writable data copy)")
     ev.add_argument("--out", type=Path, default=Path("runs/evaluate"), help="output folder (default runs/evaluate)")
@@ -374,15 +378,18 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     pairs = parse_pairs(args.episodes, args.seeds)
     env = make_env(args.env, seed=args.env_seed, start_spread=args.start_spread)
-    agent = make_agent(args.agent, env, threshold=args.threshold, budget=args.budget, topk=args.topk)
+
+    def build(e: Any) -> Any:
+        return make_agent(args.agent, e, threshold=args.threshold, budget=args.budget, topk=args.topk,
+                          shortlist=args.shortlist)
+
+    agent = build(env)
     report = evaluate(env, agent, pairs, agent_name=args.agent, max_steps=args.max_steps,
                       progress=not args.no_progress)
     if args.score:
         from ace_hybrid.grid.scores import score_report
 
-        score_report(report, lambda e: make_agent(args.agent, e, threshold=args.threshold, budget=args.budget,
-                                                  topk=args.topk),
-                     max_steps=args.max_steps)
+        score_report(report, build, max_steps=args.max_steps)
     json_path, md_path = report.save(args.out)
     print(report.to_markdown())
     print(f"\nwritten: {json_path} and {md_path}")

@@ -48,6 +48,10 @@ class EnvConfig:
     deploy_topk: int = 8
     """At evaluation, the policy's k most likely legal actions and do nothing are checked with one obs.simulate
     each and the safest is played (0: play the policy's most likely action unchecked)."""
+    deploy_shortlist: int = 0
+    """How many of the ``deploy_topk`` actions checked come from the action set's heuristic shortlist (the greedy
+    expert's candidates) instead of the policy's ranking: the same simulations, candidates from both (0: all the
+    policy's; else in [1, deploy_topk - 1])."""
     action_set: str = "full"
     """The actions the policy chooses among: "full" (the whole catalog, ACE's setting) or "tutor:N" (do nothing, the
     line reconnections and the N actions a simulating tutor found best most often in danger states of the training
@@ -64,6 +68,8 @@ class EnvConfig:
         check(self.eval_max_steps >= 0, "env.eval_max_steps", self.eval_max_steps, "must be >= 0")
         check(0 <= self.start_spread <= 1_000_000, "env.start_spread", self.start_spread, "must be in [0, 1000000]")
         check(self.deploy_topk >= 0, "env.deploy_topk", self.deploy_topk, "must be >= 0")
+        check(self.deploy_shortlist == 0 or 0 < self.deploy_shortlist < self.deploy_topk, "env.deploy_shortlist",
+              self.deploy_shortlist, f"must be 0 or in [1, env.deploy_topk - 1 = {self.deploy_topk - 1}]")
         parse_action_set(self.action_set)
         check(1 <= self.action_set_states <= 1_000_000, "env.action_set_states", self.action_set_states,
                "must be in [1, 1000000]")

@@ -63,6 +63,8 @@ def fingerprint(spec: ExperimentSpec, row: RowSpec, cfg: Config) -> str:
             "greedy_budget": spec.greedy_budget if row.kind == "greedy" else None}
     if row.topk is not None:
         what["deploy_topk"] = row.topk
+    if row.shortlist:
+        what["deploy_shortlist"] = row.shortlist  # added only when on: cells of the plain check stay valid
     if row.budget is not None:
         what["budget"] = row.budget
     if row.ppo is not None:
@@ -174,7 +176,7 @@ def run_cell(spec: ExperimentSpec, row: RowSpec, seed: int | None, cfg: Config, 
                   else f"checkpoint:{out / run_rel / best_file(row)}")
 
         def build(env: Any) -> Any:
-            return make_agent(policy, env, topk=row.topk, cfg=cfg)
+            return make_agent(policy, env, topk=row.topk, cfg=cfg, shortlist=row.shortlist)
     else:
         def build(env: Any) -> Any:
             return baseline_agent(row.kind, env, cfg, spec.greedy_budget)
@@ -195,7 +197,7 @@ def run_cell(spec: ExperimentSpec, row: RowSpec, seed: int | None, cfg: Config, 
     metrics = {**episode_metrics(test["episodes"]), **_training_costs(row, cfg, train_info)}
     return {
         "cell": cell_id(row, seed), "row": row.id, "name": row.name, "kind": row.kind, "seed": seed,
-        "train_id": row.train_id, "deploy_topk": row.topk, "budget": row.budget,
+        "train_id": row.train_id, "deploy_topk": row.topk, "deploy_shortlist": row.shortlist, "budget": row.budget,
         "fingerprint": fingerprint(spec, row, cfg),
         "train_fingerprint": training_fingerprint(cfg, row.ppo) if row.trains else None,
         "env": cfg.env.name, "llm_backend": cfg.llm.backend,

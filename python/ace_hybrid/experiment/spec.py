@@ -26,6 +26,7 @@ An experiment file (TOML) names the environment configuration, the held-out test
     id = "ace-no-actor"      # file name of its cells (default: the name, lowercased, '-' for other characters)
     set = ["ace.actor=false"]
     deploy_topk = [0, 8]     # training rows only: one table row per value, all from the same training
+    deploy_shortlist = [0, 3]  # with deploy_topk: each check also with 3 of its k from the heuristic shortlist
     budgets = [20000, 100000]  # replaces the file's budgets for this row ([]: none)
     ppo = { n_steps = 128 }  # maskable-ppo rows only: MaskablePPO's hyperparameters (experiment.ppo_settings)
 
@@ -48,7 +49,10 @@ Kinds are spelled as the command line's agents are (lowercase, hyphenated); a sp
 ``ID-alone``: the policy's most likely legal action; "A (B, policy alone)" for a name "A (B)") and "NAME + top-8
 check" (id ``ID-top8``: the 8 most likely legal actions and do nothing are simulated once each and the lowest
 simulated max rho is played). Both test the same ``best.pt`` of one training run per seed on the same pairs, so the
-difference between them is the check's share. ``best.pt`` itself is chosen on ``env.eval_pairs`` with the run's own
+difference between them is the check's share. ``deploy_shortlist = [0, 3]`` beside it adds, for every check (k > 0),
+"NAME + top-8 check, 3 from the shortlist" (id ``ID-top8-s3``): the same k + 1 simulations, 3 of the k candidates the
+action set's heuristic shortlist (the greedy expert's, ``env.deploy_shortlist``), the other 5 the policy's; each
+value must be below every k > 0 of the row; 0 is the plain check. ``best.pt`` itself is chosen on ``env.eval_pairs`` with the run's own
 ``env.deploy_topk`` (8 by default), also for the row that tests the policy alone. Without ``deploy_topk`` a row is
 tested with its run's own ``env.deploy_topk``. ``--rows ID`` keeps every row made from ``ID``; ``--rows ID-top8``
 just that one.
@@ -129,7 +133,7 @@ _TOP_KEYS = {"name", "description", "config", "set", "ace_set", "seeds", "test_p
 ON = ("test", "validation")
 """The pairs an experiment can test its rows on (``--on``): the held-out test pairs, or the validation pairs on which
 configurations are chosen."""
-_ROW_KEYS = {"name", "id", "kind", "set", "deploy_topk", "ppo", "budgets"}
+_ROW_KEYS = {"name", "id", "kind", "set", "deploy_topk", "deploy_shortlist", "ppo", "budgets"}
 BUDGET_KINDS: tuple[str, ...] = ("sac-only", "expert-guided", "ace")
 """Training rows that keep a best.pt per budget (``budgets``); MaskablePPO keeps no checkpoints."""
 _ID = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
@@ -149,6 +153,8 @@ class RowSpec:
     """``section.key=value`` overrides of this row."""
     topk: int | None = None
     """Top-k simulation check when testing best.pt (None: the run's own ``env.deploy_topk``)."""
+    shortlist: int | None = None
+    """How many of the check's k come from the heuristic shortlist (None: the run's own ``env.deploy_shortlist``)."""
     train_id: str = ""
     """Id of the training this row tests (its run directories); rows made by one ``deploy_topk`` share it."""
     train_name: str = ""
@@ -304,11 +310,13 @@ def budget_label(steps: int) -> str:
 
 
 def deployed_rows(row_id: str, name: str, kind: str, overrides: list[str], topks: Any, where: str,
-                  ppo: PPOSettings | None = None, budgets: Sequence[int] = ()) -> list[RowSpec]:
-    """The table rows of one training row: one per budget and ``deploy_topk`` value, or the row itself without
-    either."""
+                  ppo: PPOSettings | None = None, budgets: Sequence[int] = (), shortlists: Any = None) -> list[RowSpec]:
+    """The table rows of one training row: one per budget, ``deploy_topk`` value and (for a check)
+    ``deploy_shortlist`` value, or the row itself without any."""
     if topks is not None:
         _check_topks(topks, kind, name, where)
+    if shortlists is not None:
+        _check_shortlists(shortlists, topks, name, where)
     rows = []
     for budget in sorted(budgets) or [None]:
         label = "" if budget is None else budget_label(budget)
@@ -318,10 +326,28 @@ def deployed_rows(row_id: str, name: str, kind: str, overrides: list[str], topks
             rows.append(RowSpec(rid, rname, kind, overrides, **common))
             continue
         alone = f"{rname[:-1]}, policy alone)" if rname.endswith(")") else f"{rname} (policy alone)"
-        rows += [RowSpec(f"{rid}-alone", alone, kind, overrides, topk=0, **common) if k == 0 else
-                 RowSpec(f"{rid}-top{k}", f"{rname} + top-{k} check", kind, overrides, topk=k, **common)
-                 for k in topks]
+        for k in topks:
+            if k == 0:
+                rows.append(RowSpec(f"{rid}-alone", alone, kind, overrides, topk=0, **common))
+                continue
+            for m in shortlists or [None]:
+                suffix, words = (f"-s{m}", f", {m} from the shortlist") if m else ("", "")
+                rows.append(RowSpec(f"{rid}-top{k}{suffix}", f"{rname} + top-{k} check{words}", kind, overrides,
+                                    topk=k, shortlist=m, **common))
     return rows
+
+
+def _check_shortlists(shortlists: Any, topks: Any, name: str, where: str) -> None:
+    checks = [k for k in topks or [] if k > 0]
+    if not checks:
+        raise ValueError(f"{where}.deploy_shortlist (row {name!r}) needs a top-k check: give deploy_topk with a "
+                         f"k > 0 (e.g. [0, 7])")
+    if (not isinstance(shortlists, list) or not shortlists
+            or not all(isinstance(m, int) and not isinstance(m, bool) and 0 <= m < min(checks) for m in shortlists)
+            or len(set(shortlists)) != len(shortlists)):
+        raise ValueError(f"{where}.deploy_shortlist = {shortlists!r} (row {name!r}) must be a non-empty list of "
+                         f"distinct integers in [0, {min(checks) - 1}] (below every k of deploy_topk; 0: the plain "
+                         f"check), e.g. [0, 3]")
 
 
 def _check_topks(topks: Any, kind: str, name: str, where: str) -> None:
@@ -579,7 +605,7 @@ def _file_row(raw: dict[str, Any], where: str, file_budgets: list[int]) -> list[
                          f"MaskablePPO's hyperparameters")
     ppo = PPOSettings.from_table(raw.get("ppo", {}), f"{where} (row {name!r})") if kind == "maskable-ppo" else None
     return deployed_rows(row_id, name, kind, _str_list(raw.get("set", []), f"{where}.set"), raw.get("deploy_topk"),
-                         where, ppo, _row_budgets(raw, kind, name, where, file_budgets))
+                         where, ppo, _row_budgets(raw, kind, name, where, file_budgets), raw.get("deploy_shortlist"))
 
 
 def _check_held_out(spec: ExperimentSpec, row: RowSpec, cfg: Config) -> None:

@@ -169,7 +169,7 @@ def comparisons_to_make(rows: Sequence[dict[str, Any]]) -> list[tuple[str, str, 
     """The table's declared comparisons, (row a, row b, why), fixed by the rows' kinds before any number is seen:
 
     - the check's share: each ``+ top-k check`` row against its own ``(policy alone)`` row (same best.pt);
-    - "deployed the same way" below means the same ``deploy_topk`` and the same budget (``budgets``);
+    - "deployed the same way" below means the same ``deploy_topk``, ``deploy_shortlist`` and budget (``budgets``);
     - against doing nothing: every training row (does learning help at all?);
     - against SAC-only: every other training row against the SAC-only row deployed the same way;
     - against expert-guided RL: every ACE row against the expert-guided row deployed the same way;
@@ -187,7 +187,8 @@ def comparisons_to_make(rows: Sequence[dict[str, Any]]) -> list[tuple[str, str, 
 
     def same_deployment(train_id: str | None, row: dict[str, Any]) -> str | None:
         return next((r["id"] for r in rows if train_id is not None and r["train_id"] == train_id
-                     and r.get("deploy_topk") == row.get("deploy_topk") and r.get("budget") == row.get("budget")),
+                     and r.get("deploy_topk") == row.get("deploy_topk") and r.get("budget") == row.get("budget")
+                     and r.get("deploy_shortlist") == row.get("deploy_shortlist")),
                     None)
 
     out: list[tuple[str, str, str]] = []
@@ -327,7 +328,7 @@ def _row_record(spec: ExperimentSpec, row: RowSpec, cells: list[dict[str, Any]])
         raise ValueError(f"row {row.id!r}: some cells lack test episodes; delete their files in cells/ and rerun")
     guided = any(float((c.get("config") or {}).get("train", {}).get("tutor_steps", 0) or 0) > 0 for c in cells)
     return {"id": row.id, "name": row.name, "kind": row.kind, "train_id": row.train_id, "train_name": row.train_name,
-            "deploy_topk": row.topk, "budget": row.budget,
+            "deploy_topk": row.topk, "deploy_shortlist": row.shortlist, "budget": row.budget,
             "expert_guided": guided, "n": len(cells), "seeds": [c["seed"] for c in cells],
             "episodes": {f: episodes[f].tolist() for f in EPISODE_FIELDS}, "metrics": {}}
 

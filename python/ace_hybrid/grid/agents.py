@@ -181,7 +181,10 @@ class PolicyAgent(RuleAgent):
 
     With ``topk = 0`` it plays the policy's most likely legal action. With ``topk = k`` it checks the k most likely
     legal actions and do nothing with one ``obs.simulate`` each and plays the one with the lowest simulated max rho
-    (the top-k validation most L2RPN agents deploy with); the policy still chooses what is worth simulating.
+    (the top-k validation most L2RPN agents deploy with); the policy still chooses what is worth simulating. With
+    ``shortlist = m`` (< k), m of the k checked are the action set's heuristic shortlist (the greedy expert's
+    candidates, :meth:`~ace_hybrid.grid.action_set.ActionSet.shortlist`) and k − m the policy's most likely: the same
+    number of simulations, the candidates drawn from both (the policy's fill any the shortlist does not give).
     Subclasses give the policy's probabilities (:meth:`policy_probs`) and may give its own most likely action
     (:meth:`most_likely`).
 
@@ -201,25 +204,43 @@ class PolicyAgent(RuleAgent):
         Actions checked by simulation per decision (0: the policy alone).
     policy
         The trained model the subclass reads (kept as ``self.policy``).
+    shortlist
+        How many of the ``topk`` checked come from the action set's heuristic shortlist (0: all the policy's).
     """
 
     def __init__(self, action_space: Any, actions: Any, features: Any, normalizer: Any, threshold: float,
-                 topk: int = 0, policy: Any = None) -> None:
+                 topk: int = 0, policy: Any = None, shortlist: int = 0) -> None:
         super().__init__(action_space, threshold)
         if topk < 0:
             raise ValueError(f"topk = {topk} out of range [0, inf)")
+        if shortlist != 0 and not 0 < shortlist < topk:
+            raise ValueError(f"shortlist = {shortlist} out of range [0, topk - 1 = {max(topk - 1, 0)}]: the policy "
+                             f"proposes at least one of the topk = {topk} actions checked (topk = 0: the policy "
+                             f"alone, no shortlist)")
         self.actions, self.features, self.normalizer, self.policy = actions, features, normalizer, policy
-        self.topk = int(topk)
+        self.topk, self.shortlist = int(topk), int(shortlist)
 
     def decide(self, observation: Any) -> Any:
         x = self.normalizer(self.features(observation))
         mask = self.actions.legal_mask(observation)
         if self.topk == 0:
             return self.actions.action(self.most_likely(x, mask))
-        probs = self.policy_probs(x, mask)
-        candidates = [0, *(int(a) for a in np.argsort(-probs, kind="stable")[: self.topk] if a != 0 and mask[a])]
+        candidates = [0, *self.checked(observation, x, mask)]
         rhos = [self._simulate_max_rho(observation, self.actions.action(a)) for a in candidates]
         return self.actions.action(candidates[int(np.argmin(rhos))])
+
+    def checked(self, observation: Any, x: np.ndarray, mask: np.ndarray) -> list[int]:
+        """The (at most ``topk``) legal actions other than do nothing that the check simulates: the policy's
+        ``topk - shortlist`` most likely, the first ``shortlist`` of the heuristic shortlist not among them, then the
+        policy's next ones if the shortlist gave fewer. Policy's first: an equal simulated max rho keeps its choice."""
+        probs = self.policy_probs(x, mask)
+        ranked = [int(a) for a in np.argsort(-probs, kind="stable") if a != 0 and mask[a]]
+        own = ranked[: self.topk - self.shortlist]
+        if self.shortlist == 0:
+            return own
+        extra = [int(a) for a in self.actions.shortlist(observation, self.topk) if int(a) not in own][: self.shortlist]
+        rest = [a for a in ranked[len(own):] if a not in extra]
+        return [*own, *extra, *rest][: self.topk]
 
     def policy_probs(self, x: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """(n,) pi(a | x) over the action set, 0 where ``mask`` is False; ``x`` is the normalised features."""
@@ -228,6 +249,16 @@ class PolicyAgent(RuleAgent):
     def most_likely(self, x: np.ndarray, mask: np.ndarray) -> int:
         """The policy's most likely legal action (ties: the lowest index)."""
         return int(np.argmax(np.where(mask, self.policy_probs(x, mask), -1.0)))
+
+
+def deployed_check(cfg: Config, topk: int | None, shortlist: int | None) -> tuple[int, int]:
+    """(topk, shortlist) a saved policy is deployed with: the run's ``env.deploy_topk`` and ``env.deploy_shortlist``
+    where not given; the policy alone (topk 0) has no shortlist. A shortlist that does not fit the top-k is the
+    agent's ValueError."""
+    k = cfg.env.deploy_topk if topk is None else topk
+    if shortlist is None:
+        shortlist = cfg.env.deploy_shortlist if k > 0 else 0
+    return k, shortlist
 
 
 def make_tutor(env: Any, cfg: Config, actions: Any = None) -> GreedyExpertAgent:

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ace_hybrid.config import config_from_dict
-from ace_hybrid.grid.agents import PolicyAgent
+from ace_hybrid.grid.agents import PolicyAgent, deployed_check
 from ace_hybrid.grid.action_set import ActionSet
 from ace_hybrid.grid.catalog import ActionCatalog
 from ace_hybrid.grid.features import ObservationFeatures, RunningNormalizer
@@ -26,8 +26,9 @@ class SACAgent(PolicyAgent):
     name = "sac"
 
     def __init__(self, env: Any, sac: DiscreteSAC, actions: ActionSet, features: ObservationFeatures,
-                 normalizer: RunningNormalizer, threshold: float, topk: int = 0) -> None:
-        super().__init__(env.action_space, actions, features, normalizer, threshold, topk, policy=sac)
+                 normalizer: RunningNormalizer, threshold: float, topk: int = 0, shortlist: int = 0) -> None:
+        super().__init__(env.action_space, actions, features, normalizer, threshold, topk, policy=sac,
+                         shortlist=shortlist)
         self.sac = sac
 
     def policy_probs(self, x: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -38,14 +39,15 @@ class SACAgent(PolicyAgent):
 
 
 def agent_of(run: Run, env: Any) -> SACAgent:
-    """The run's current policy acting in ``env`` (``env.deploy_topk`` as configured)."""
+    """The run's current policy acting in ``env`` (``env.deploy_topk`` and ``env.deploy_shortlist`` as
+    configured)."""
     return SACAgent(env, run.sac, run.actions, run.features, run.normalizer, run.cfg.env.threshold,
-                    run.cfg.env.deploy_topk)
+                    run.cfg.env.deploy_topk, run.cfg.env.deploy_shortlist)
 
 
-def load_agent(path: str | Path, env: Any, topk: int | None = None) -> SACAgent:
-    """A trained agent from a checkpoint file, for ``ace-hybrid evaluate --agent checkpoint:PATH`` (``topk``
-    overrides the run's ``env.deploy_topk``)."""
+def load_agent(path: str | Path, env: Any, topk: int | None = None, shortlist: int | None = None) -> SACAgent:
+    """A trained agent from a checkpoint file, for ``ace-hybrid evaluate --agent checkpoint:PATH`` (``topk`` and
+    ``shortlist`` override the run's ``env.deploy_topk`` and ``env.deploy_shortlist``; see :func:`~ace_hybrid.grid.agents.deployed_check`)."""
     state = load_checkpoint_file(path)
     cfg = config_from_dict(state["config"])
     actions = ActionSet(ActionCatalog.for_env(env), state.get("action_set"))
@@ -54,5 +56,5 @@ def load_agent(path: str | Path, env: Any, topk: int | None = None) -> SACAgent:
     sac.load_state_dict(state["sac"])
     normalizer = RunningNormalizer(features.dim)
     normalizer.load_state_dict(state["normalizer"])
-    return SACAgent(env, sac, actions, features, normalizer, cfg.env.threshold,
-                    cfg.env.deploy_topk if topk is None else topk)
+    return SACAgent(env, sac, actions, features, normalizer, cfg.env.threshold, *deployed_check(cfg, topk, shortlist))
+

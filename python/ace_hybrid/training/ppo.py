@@ -29,7 +29,7 @@ import numpy as np
 from ace_hybrid.config import Config, config_from_dict
 from ace_hybrid.files import atomic_write_json
 from ace_hybrid.grid.action_set import ActionSet
-from ace_hybrid.grid.agents import PolicyAgent
+from ace_hybrid.grid.agents import PolicyAgent, deployed_check
 from ace_hybrid.grid.catalog import ActionCatalog
 from ace_hybrid.grid.features import ObservationFeatures, RunningNormalizer
 
@@ -149,9 +149,10 @@ class MaskablePPOAgent(PolicyAgent):
             return dist.distribution.probs[0].cpu().numpy()
 
 
-def load_ppo_agent(run_dir: str | Path, env: Any, topk: int | None = None) -> MaskablePPOAgent:
-    """The MaskablePPO agent of a finished run directory acting in ``env`` (``topk`` None: the run's own
-    ``env.deploy_topk``), for ``make_agent("maskable-ppo:RUN_DIR", ...)``."""
+def load_ppo_agent(run_dir: str | Path, env: Any, topk: int | None = None,
+                   shortlist: int | None = None) -> MaskablePPOAgent:
+    """The MaskablePPO agent of a finished run directory acting in ``env`` (``topk``, ``shortlist`` None: the run's
+    own ``env.deploy_topk``, ``env.deploy_shortlist``), for ``make_agent("maskable-ppo:RUN_DIR", ...)``."""
     from sb3_contrib import MaskablePPO
 
     state = read_state(run_dir)
@@ -161,5 +162,6 @@ def load_ppo_agent(run_dir: str | Path, env: Any, topk: int | None = None) -> Ma
     features = ObservationFeatures(env)
     normalizer = RunningNormalizer(features.dim)
     normalizer.load_state_dict(state["normalizer"])  # mean and m2 as lists: it makes arrays of them
-    return MaskablePPOAgent(env.action_space, actions, features, normalizer, cfg.env.threshold,
-                            cfg.env.deploy_topk if topk is None else topk, policy=model)
+    topk, shortlist = deployed_check(cfg, topk, shortlist)
+    return MaskablePPOAgent(env.action_space, actions, features, normalizer, cfg.env.threshold, topk, policy=model,
+                            shortlist=shortlist)
