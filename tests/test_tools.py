@@ -6,6 +6,7 @@ import importlib.util
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("torch")
@@ -44,6 +45,32 @@ def test_policy_choices_reads_an_untrained_policys_prior(prior: float, tmp_path:
     assert decisions > 0 and acts == 0.0
     assert (mean, lo, hi) == pytest.approx((prior, prior, prior), abs=0.02)  # the untrained network adds a little
     assert 0 < other < 1 - prior
+    assert re.search(r"survival \(policy plays\): \d+ of \d+ steps", out)
+
+
+@pytest.mark.grid2op
+def test_policy_choices_plays_the_critics_greedy_action_when_asked(tmp_path: Path, capsys) -> None:
+    from ace_hybrid.config import load_config
+    from ace_hybrid.grid.env import make_env
+    from ace_hybrid.training.loop import train
+    from ace_hybrid.training.policy import load_agent
+
+    run = tmp_path / "run"
+    train(load_config(None, [*TINY, "sac.prior_prob=0.8", "train.total_env_steps=40", "train.learning_starts=10000",
+                             "train.eval_every=0", "log.tensorboard=false"]), run)
+    tool = _tool("policy_choices")
+    env = make_env("l2rpn_case14_sandbox", seed=0)
+    obs = env.reset()
+    critic = tool.RecordingAgent(env, load_agent(run / "checkpoint.pt", env, topk=0), play="critic")
+    x, mask = critic.normalizer(critic.features(obs)), critic.actions.legal_mask(obs)
+    q = critic.sac.q_values(x, mask)
+    assert critic.most_likely(x, mask) == int(np.argmax(q))  # the critics' greedy action, not the policy's
+    assert critic.records[-1][0] == pytest.approx(0.8, abs=0.02)  # the probabilities recorded stay the policy's
+    with pytest.raises(ValueError, match="play = 'value' is not one of policy, critic"):
+        tool.RecordingAgent(env, load_agent(run / "checkpoint.pt", env, topk=0), play="value")
+    env.close()
+    assert tool.main([str(run / "checkpoint.pt"), "--seeds", "5", "--max-steps", "40", "--play", "critic"]) == 0
+    assert re.search(r"survival \(critic plays\): \d+ of \d+ steps", capsys.readouterr().out)
 
 
 @pytest.mark.grid2op
