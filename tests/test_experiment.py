@@ -500,10 +500,7 @@ def test_deploy_topk_expands_a_training_row_and_fails_naming_the_row(tmp_path: P
     for bad, message in (("[0, 0]", r"deploy_topk = \[0, 0\] \(row 'SAC'\) must be a non-empty list of distinct"),
                          ("[]", r"deploy_topk = \[\] \(row 'SAC'\)"), ("[-1]", r"deploy_topk = \[-1\]"),
                          ("4", r"deploy_topk = 4")):
-        path = write_experiment(tmp_path / "bad.toml", rows=f'[[rows]]\nname = "SAC"\nkind = "sac-only"\n'
-                                                              f'deploy_topk = {bad}\n')
-        with pytest.raises(ValueError, match=message):
-            ex.load_experiment(path)
+        _refuses_sac_row(tmp_path, f"deploy_topk = {bad}", message)
     path = write_experiment(tmp_path / "bad.toml", rows='[[rows]]\nname = "Greedy"\nkind = "greedy"\n'
                                                        'deploy_topk = [0, 8]\n')
     with pytest.raises(ValueError, match=r"rows\[0\]\.deploy_topk \(row 'Greedy'\): kind 'greedy' trains no policy"):
@@ -532,13 +529,15 @@ def test_deploy_shortlist_adds_a_row_per_check_and_fails_naming_the_row(tmp_path
     for bad, message in (("[4]", r"deploy_shortlist = \[4\] \(row 'SAC'\) must be a non-empty list of distinct "
                                  r"integers in \[0, 3\]"),
                          ("[1, 1]", r"deploy_shortlist = \[1, 1\]"), ("2", r"deploy_shortlist = 2")):
-        path = write_experiment(tmp_path / "bad.toml", rows='[[rows]]\nname = "SAC"\nkind = "sac-only"\n'
-                                                           f'deploy_topk = [0, 4]\ndeploy_shortlist = {bad}\n')
-        with pytest.raises(ValueError, match=message):
-            ex.load_experiment(path)
-    path = write_experiment(tmp_path / "bad.toml", rows='[[rows]]\nname = "SAC"\nkind = "sac-only"\n'
-                                                       'deploy_topk = [0]\ndeploy_shortlist = [0, 1]\n')
-    with pytest.raises(ValueError, match=r"deploy_shortlist \(row 'SAC'\) needs a top-k check"):
+        _refuses_sac_row(tmp_path, f"deploy_topk = [0, 4]\ndeploy_shortlist = {bad}", message)
+    _refuses_sac_row(tmp_path, "deploy_topk = [0]\ndeploy_shortlist = [0, 1]",
+                     r"deploy_shortlist \(row 'SAC'\) needs a top-k check")
+
+
+def _refuses_sac_row(tmp_path: Path, keys: str, message: str) -> None:
+    """A file whose one row, "SAC" (sac-only), has these extra keys fails to load with ``message``."""
+    path = write_experiment(tmp_path / "bad.toml", rows=f'[[rows]]\nname = "SAC"\nkind = "sac-only"\n{keys}\n')
+    with pytest.raises(ValueError, match=message):
         ex.load_experiment(path)
 
 
