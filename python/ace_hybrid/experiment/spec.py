@@ -52,8 +52,9 @@ simulated max rho is played). Both test the same ``best.pt`` of one training run
 difference between them is the check's share. ``deploy_shortlist = [0, 3]`` beside it adds, for every check (k > 0),
 "NAME + top-8 check, 3 from the shortlist" (id ``ID-top8-s3``): the same k + 1 simulations, 3 of the k candidates the
 action set's heuristic shortlist (the greedy expert's, ``env.deploy_shortlist``), the other 5 the policy's; each
-value must be below every k > 0 of the row; 0 is the plain check. ``best.pt`` itself is chosen on ``env.eval_pairs`` with the run's own
-``env.deploy_topk`` (8 by default), also for the row that tests the policy alone. Without ``deploy_topk`` a row is
+value must be below every k > 0 of the row; 0 is the plain check. ``best.pt`` itself is chosen on
+``env.eval_pairs`` with the run's own ``env.deploy_topk`` (8 by default), also for the row that tests the policy
+alone. Without ``deploy_topk`` a row is
 tested with its run's own ``env.deploy_topk``. ``--rows ID`` keeps every row made from ``ID``; ``--rows ID-top8``
 just that one.
 

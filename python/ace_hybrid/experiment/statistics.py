@@ -188,7 +188,7 @@ def comparisons_to_make(rows: Sequence[dict[str, Any]]) -> list[tuple[str, str, 
     def same_deployment(train_id: str | None, row: dict[str, Any]) -> str | None:
         return next((r["id"] for r in rows if train_id is not None and r["train_id"] == train_id
                      and r.get("deploy_topk") == row.get("deploy_topk") and r.get("budget") == row.get("budget")
-                     and r.get("deploy_shortlist") == row.get("deploy_shortlist")),
+                     and (r.get("deploy_shortlist") or 0) == (row.get("deploy_shortlist") or 0)),
                     None)
 
     out: list[tuple[str, str, str]] = []

@@ -47,7 +47,8 @@ def agent_of(run: Run, env: Any) -> SACAgent:
 
 def load_agent(path: str | Path, env: Any, topk: int | None = None, shortlist: int | None = None) -> SACAgent:
     """A trained agent from a checkpoint file, for ``ace-hybrid evaluate --agent checkpoint:PATH`` (``topk`` and
-    ``shortlist`` override the run's ``env.deploy_topk`` and ``env.deploy_shortlist``; see :func:`~ace_hybrid.grid.agents.deployed_check`)."""
+    ``shortlist`` override the run's ``env.deploy_topk`` and ``env.deploy_shortlist``; see
+    :func:`~ace_hybrid.grid.agents.deployed_check`)."""
     state = load_checkpoint_file(path)
     cfg = config_from_dict(state["config"])
     actions = ActionSet(ActionCatalog.for_env(env), state.get("action_set"))
