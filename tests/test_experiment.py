@@ -740,6 +740,18 @@ def test_comparisons_are_declared_by_kind_not_by_results() -> None:
     assert not any(a == b for a, b, _ in made) and not any(b == "ace-no-actor-top8" for _, b, _ in made)
 
 
+def test_a_check_partly_from_the_shortlist_is_compared_with_rows_deployed_the_same_way() -> None:
+    # The ACE file row has deploy_shortlist = [0, 3] (its plain check: shortlist 0), the SAC-only one none (None):
+    # both plain checks are one deployment; the mixed check has no SAC-only row deployed its way.
+    rows = [dict(synthetic_row("sac-top7", [[50] * 4], [0]), train_id="sac", deploy_topk=7),
+            dict(synthetic_row("ace-top7", [[50] * 4], [0]), kind="ace", train_id="ace", deploy_topk=7,
+                 deploy_shortlist=0),
+            dict(synthetic_row("ace-top7-s3", [[50] * 4], [0]), kind="ace", train_id="ace", deploy_topk=7,
+                 deploy_shortlist=3)]
+    made = ex.comparisons_to_make(rows)
+    assert [(a, b) for a, b, why in made if why == "against SAC-only"] == [("ace-top7", "sac-top7")]
+
+
 def test_p_value_is_twice_the_smaller_tail_of_the_draws() -> None:
     assert ex.p_value(np.array([-1.0, 1.0, 2.0, 3.0])) == 0.5  # P(<= 0) = 1/4
     assert ex.p_value(np.array([0.0, 0.0])) == 1.0 and ex.p_value(np.array([1.0, 2.0])) == 0.0
