@@ -191,6 +191,28 @@ def test_an_improvement_below_the_margin_is_rejected(setting) -> None:
         snapshot.close()
 
 
+def test_do_nothing_first_is_validated_before_any_round_and_accepted_when_better(setting) -> None:
+    env, obs, catalog, cfg = setting
+    cut = 2 + 2 * int(np.argmax(obs.rho))  # disconnect the most loaded line: doing nothing does better
+    snapshot = env.copy()
+    try:
+        backend = ScriptedBackend()
+        actor = _actor(backend, catalog, env, cfg, candidates=6, min_improvement=1e-9, do_nothing_first=True)
+        ref = actor.refine(snapshot, obs, cut)
+        assert ref.accepted and ref.action == 0 and ref.tried == [0] and ref.improvement > 0
+        assert ref.rounds == ref.calls == 0 and not backend.prompts  # no ranker asked, no LLM call
+        assert ref.problem is None and ref.answer is None  # nothing for co-evolution to learn from
+        assert actor.stats.accepted == 1 and actor.stats.first_choice_accepted == 0
+        # When doing nothing is no better, the rounds go on without it among the candidates.
+        strict = _actor(ScriptedBackend(), catalog, env, cfg, candidates=6, max_rounds=2, min_improvement=1e6,
+                        min_rho_drop=1e6, ranker="sim", do_nothing_first=True)
+        ref = strict.refine(snapshot, obs, cut)
+        assert not ref.accepted and ref.tried[0] == 0 and 0 not in ref.tried[1:] and len(ref.tried) == 3
+        assert catalog.describe(0) not in ref.first_problem.texts
+    finally:
+        snapshot.close()
+
+
 def test_acceptance_needs_more_reward_or_a_lower_loading_and_no_new_blackout(setting) -> None:
     from types import SimpleNamespace
 

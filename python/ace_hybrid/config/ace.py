@@ -57,6 +57,10 @@ class ACEConfig:
     min_rho_drop: float = 0.05
     """... or when, with a reward no lower, the max loading where its simulated segment ends is lower by at least
     this (segments often end at the next step, in danger whatever was played: the loading tells them apart)."""
+    do_nothing_first: bool = False
+    """Before the ranker's rounds, validate doing nothing against the RL action (when that acted) and accept it
+    when it does better: the imitation term then also learns where doing nothing was right, which the candidates'
+    lowest simulated loading rarely picks (one more simulated segment per bad transition; not an LLM call)."""
     max_llm_calls: int = 400
     """Budget of LLM calls per run (actor + critic; co-evolution's probe calls are counted apart); 0: unlimited."""
     critic_share: float = 0.25

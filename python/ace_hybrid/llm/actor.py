@@ -184,7 +184,7 @@ class PolicyActor:
         The training reward of one environment step.
     threshold : float
         Danger threshold (the end of a simulated segment).
-    candidates, max_rounds, validation_steps, min_improvement, ranker, lac_alpha, show_effects
+    candidates, max_rounds, validation_steps, min_improvement, ranker, lac_alpha, show_effects, do_nothing_first
         As in :class:`~ace_hybrid.config.ACEConfig`.
     seed
         Seed of the candidates' shown order, of the "random" ranker and of tie-breaking.
@@ -193,7 +193,8 @@ class PolicyActor:
     def __init__(self, backend: LLMBackend | None, catalog: Any, layout: LineEndpoints, *,
                  reward_fn: Callable[[Any, bool], float], threshold: float, candidates: int = 8, max_rounds: int = 5,
                  validation_steps: int = 48, min_improvement: float = 0.01, min_rho_drop: float = 0.05,
-                 ranker: str = "llm", lac_alpha: float = 1.0, show_effects: bool = True, seed: int = 0) -> None:
+                 ranker: str = "llm", lac_alpha: float = 1.0, show_effects: bool = True, seed: int = 0,
+                 do_nothing_first: bool = False) -> None:
         if not 2 <= candidates <= len(LABELS):
             raise ValueError(f"candidates = {candidates} out of range [2, {len(LABELS)}]")
         if max_rounds < 1:
@@ -210,6 +211,7 @@ class PolicyActor:
         self.n_candidates, self.max_rounds = int(candidates), int(max_rounds)
         self.validation_steps, self.min_improvement = int(validation_steps), float(min_improvement)
         self.min_rho_drop = float(min_rho_drop)
+        self.do_nothing_first = bool(do_nothing_first)
         self.stats = ActorStats()
         self._safe_rule: SafeRule | None = None
 
@@ -236,6 +238,21 @@ class PolicyActor:
         if rl_action != 0:
             out.append(0)
         return out
+
+    def _accept(self, result: Refinement, action: int, outcome: Rollout, baseline: Rollout,
+                problem: ChoiceProblem | None = None, choice: int | None = None) -> bool:
+        """Record ``action`` as the refinement if its segment beats the RL action's (:meth:`better`)."""
+        if action not in result.tried:
+            result.tried.append(action)
+        if not self.better(outcome, baseline):
+            return False
+        result.accepted, result.action, result.rollout = True, action, outcome
+        result.improvement = outcome.reward - baseline.reward
+        result.problem, result.choice = problem, choice
+        result.first_choice_accepted = problem is not None and result.rounds == 1
+        self.stats.accepted += 1
+        self.stats.first_choice_accepted += int(result.first_choice_accepted)
+        return True
 
     def _simulate(self, snapshot: Any, action_index: int) -> Rollout:
         if self._safe_rule is None:
@@ -292,9 +309,14 @@ class PolicyActor:
             return result
         rng = self.order_rng if order_seed is None else np.random.default_rng(order_seed)
         shown = [candidates[i] for i in neutral_order(len(candidates), rng)]
-        first = list(shown)
         baseline = self._simulate(snapshot, rl_action)
         result.baseline = baseline
+        if self.do_nothing_first and 0 in shown:
+            # Validated before any round, no ranker asked: a refinement with no problem (co-evolution skips it).
+            shown.remove(0)
+            if self._accept(result, 0, self._simulate(snapshot, 0), baseline):
+                return result
+        first = list(shown)
         state_text = describe_state(obs, self.layout)
         rl_text, rl_outcome = self.catalog.describe(rl_action), describe_outcome(baseline)
         effects = dict(zip(shown, simulate_effects(obs, [self.catalog.action(i) for i in shown])))
@@ -323,15 +345,8 @@ class PolicyActor:
             result.first_problem = result.first_problem or problem
             action = shown.pop(choice)
             outcome = self._simulate(snapshot, action)
-            result.tried.append(action)
             result.verdicts.append((first.index(action), self.better(outcome, baseline)))
-            if result.verdicts[-1][1]:
-                result.accepted, result.action, result.rollout = True, action, outcome
-                result.improvement = outcome.reward - baseline.reward
-                result.problem, result.choice = problem, choice
-                result.first_choice_accepted = result.rounds == 1
-                self.stats.accepted += 1
-                self.stats.first_choice_accepted += int(result.first_choice_accepted)
+            if self._accept(result, action, outcome, baseline, problem, choice):
                 return result
             failed.append((problem.texts[choice], describe_outcome(outcome)))
         return result

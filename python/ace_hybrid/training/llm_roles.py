@@ -36,7 +36,8 @@ def make_actors(run: Run, backend: LLMBackend, n: int) -> list[PolicyActor]:
         backend, run.actions, endpoints, reward_fn=run.step_reward, threshold=cfg.env.threshold,
         candidates=ace.candidates, max_rounds=ace.max_rounds, validation_steps=ace.validation_steps,
         min_improvement=ace.min_improvement, min_rho_drop=ace.min_rho_drop, ranker=ace.ranker,
-        lac_alpha=ace.lac_alpha, show_effects=ace.show_effects, seed=cfg.train.seed + k) for k in range(n)]
+        lac_alpha=ace.lac_alpha, show_effects=ace.show_effects, seed=cfg.train.seed + k,
+        do_nothing_first=ace.do_nothing_first) for k in range(n)]
 
 
 def add_stats(total: ActorStats, delta: ActorStats) -> None:
