@@ -240,19 +240,15 @@ class PolicyActor:
         return out
 
     def _accept(self, result: Refinement, action: int, outcome: Rollout, baseline: Rollout,
-                problem: ChoiceProblem | None = None, choice: int | None = None) -> bool:
-        """Record ``action`` as the refinement if its segment beats the RL action's (:meth:`better`)."""
-        if action not in result.tried:
-            result.tried.append(action)
-        if not self.better(outcome, baseline):
-            return False
+                problem: ChoiceProblem | None = None, choice: int | None = None) -> None:
+        """Record ``action``, whose segment beat the RL action's, as the refinement (``problem`` None: no ranker
+        chose it)."""
         result.accepted, result.action, result.rollout = True, action, outcome
         result.improvement = outcome.reward - baseline.reward
         result.problem, result.choice = problem, choice
         result.first_choice_accepted = problem is not None and result.rounds == 1
         self.stats.accepted += 1
         self.stats.first_choice_accepted += int(result.first_choice_accepted)
-        return True
 
     def _simulate(self, snapshot: Any, action_index: int) -> Rollout:
         if self._safe_rule is None:
@@ -314,7 +310,10 @@ class PolicyActor:
         if self.do_nothing_first and 0 in shown:
             # Validated before any round, no ranker asked: a refinement with no problem (co-evolution skips it).
             shown.remove(0)
-            if self._accept(result, 0, self._simulate(snapshot, 0), baseline):
+            outcome = self._simulate(snapshot, 0)
+            result.tried.append(0)
+            if self.better(outcome, baseline):
+                self._accept(result, 0, outcome, baseline)
                 return result
         first = list(shown)
         state_text = describe_state(obs, self.layout)
@@ -345,8 +344,10 @@ class PolicyActor:
             result.first_problem = result.first_problem or problem
             action = shown.pop(choice)
             outcome = self._simulate(snapshot, action)
+            result.tried.append(action)
             result.verdicts.append((first.index(action), self.better(outcome, baseline)))
-            if self._accept(result, action, outcome, baseline, problem, choice):
+            if result.verdicts[-1][1]:
+                self._accept(result, action, outcome, baseline, problem, choice)
                 return result
             failed.append((problem.texts[choice], describe_outcome(outcome)))
         return result
