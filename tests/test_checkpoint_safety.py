@@ -130,6 +130,66 @@ def test_a_checkpoint_cannot_name_a_replay_file_outside_its_run(checkpoint: Path
         load_checkpoint_file(tmp_path / "checkpoint.pt")
 
 
+# ------------------------------------------------------------------------- a checkpoint's replay fits its run
+
+
+def _fake_run(obs_dim: int, n_actions: int) -> object:
+    """What restore's replay check reads from a Run: the observation size and the action set."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(features=SimpleNamespace(dim=obs_dim), actions=list(range(n_actions)))
+
+
+def _replay_file(path: Path, obs_dim: int, action: int) -> Path:
+    import numpy as np
+
+    from ace_hybrid import MixedReplayBuffer
+
+    buf = MixedReplayBuffer(obs_dim, 10, 4)
+    o = np.zeros(obs_dim, np.float32)
+    buf.add_rl(o, action, 0.0, o + 1, False, False, 0, 0)
+    buf.save(path)
+    return path
+
+
+@pytest.mark.parametrize(("obs_dim", "action", "problem"), [
+    (7, 3, r"holds observations of size 7, not the obs_dim = 6 asked for"),
+    (6, 5, r"rl\.action\[slot 0\] = 5 is not an action of this buffer: out of range \[0, 5\) for num_actions = 5"),
+    (6, 2**40, r"rl\.action\[slot 0\] = 1099511627776 is not an action of this buffer"),
+], ids=["observation size", "action just outside", "action far outside"])
+def test_a_replay_that_does_not_fit_the_run_is_refused_naming_both(tmp_path: Path, obs_dim: int, action: int,
+                                                                    problem: str) -> None:
+    from ace_hybrid.training.checkpoint import _load_replay
+
+    path = _replay_file(tmp_path / "replay-00000001-00000000.bin", obs_dim, action)
+    checkpoint = tmp_path / "checkpoint.pt"
+    with pytest.raises(ValueError, match=rf"cannot restore {re.escape(str(checkpoint))}: its replay does not fit this "
+                                         rf"run \(observations of size 6, an action set of 5 actions\) or is "
+                                         rf"damaged: replay file '{re.escape(str(path))}'.*{problem}"):
+        _load_replay(checkpoint, path, _fake_run(6, 5))
+    fits = _load_replay(checkpoint, _replay_file(tmp_path / "ok.bin", 6, 4), _fake_run(6, 5))
+    assert fits.num_actions == 5 and fits.rl_size == 1  # later adds are held to the action set too
+
+
+@pytest.mark.grid2op
+def test_restore_refuses_a_checkpoint_whose_replay_holds_a_foreign_action(checkpoint: Path, tmp_path: Path) -> None:
+    import shutil
+
+    from ace_hybrid import MixedReplayBuffer
+    from ace_hybrid.training.checkpoint import restore
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(checkpoint.parent, run_dir)
+    replay = run_dir / load_checkpoint_file(run_dir / "checkpoint.pt")["replay_file"]
+    obs_dim = MixedReplayBuffer.load(replay).obs_dim
+    _replay_file(replay, obs_dim, 2**40)
+    with pytest.raises(ValueError, match=rf"cannot restore .*checkpoint\.pt: its replay does not fit this run "
+                                         rf"\(observations of size {obs_dim}, an action set of (\d+) actions\).*"
+                                         r"rl\.action\[slot 0\] = 1099511627776 is not an action of this buffer: "
+                                         r"out of range \[0, \1\)"):
+        restore(run_dir)
+
+
 # ------------------------------------------------------------------------------------------ LoRA adapters
 
 

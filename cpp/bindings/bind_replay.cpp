@@ -8,12 +8,14 @@
 // propagate after the gil_scoped_release destructor has re-acquired the GIL.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>  // std::optional
 
 #include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <utility>
 #include <string>
 #include <system_error>
@@ -346,7 +348,7 @@ ReplayConfig::llm_capacity, the file's llm.* columns); Python sees validated_* n
 Thread-safe for concurrent writer and sampler threads; batched calls release the GIL.
 )doc");
     cls.def(py::init([](std::int64_t obs_dim, std::int64_t rl_capacity, std::int64_t validated_capacity, double alpha,
-                        double beta, double tau, const py::object& seed) {
+                        double beta, double tau, const py::object& seed, std::optional<std::int64_t> num_actions) {
                 checks::require_in<std::int64_t>(obs_dim, 1, static_cast<std::int64_t>(kMaxObsDim), "obs_dim");
                 checks::require_in<std::int64_t>(rl_capacity, 3, static_cast<std::int64_t>(kMaxCapacity),
                                                  "rl_capacity");
@@ -361,14 +363,19 @@ Thread-safe for concurrent writer and sampler threads; batched calls release the
                 cfg.tau = tau;
                 validate_config(cfg);  // before allocating
                 const std::uint64_t s = checks::require_uint64(seed, "seed");
+                if (num_actions)
+                    checks::require_in<std::int64_t>(*num_actions, 1, kMaxAction, "num_actions");
+                const std::uint64_t a = num_actions ? static_cast<std::uint64_t>(*num_actions) : 0;
                 py::gil_scoped_release release;
-                return new MixedReplay(cfg, s);
+                return new MixedReplay(cfg, s, a);
             }),
             py::arg("obs_dim"), py::arg("rl_capacity"), py::arg("validated_capacity"), py::kw_only(),
             py::arg("alpha") = 0.6, py::arg("beta") = 0.25, py::arg("tau") = 1.0, py::arg("seed") = 0,
+            py::arg("num_actions") = py::none(),
             "Allocates both partitions. obs_dim >= 1, rl_capacity >= 3 observation slots, validated_capacity >= 1 items, "
             "alpha in [0, 1] (priority exponent), beta in [0, 1] (validated fraction of a batch), tau in [1e-6, 1e6] "
-            "(Eq. 8 temperature), seed in [0, 2^64).");
+            "(Eq. 8 temperature), seed in [0, 2^64), num_actions None (any action >= 0) or in [1, 2^63 - 1] (adds "
+            "and loaded files must hold actions in [0, num_actions)).");
 
     cls.def(
         "add_rl",
@@ -378,11 +385,14 @@ Thread-safe for concurrent writer and sampler threads; batched calls release the
         },
         py::arg("obs"), py::arg("action"), py::arg("reward"), py::arg("next_obs"), py::arg("done").noconvert(),
         py::arg("truncated").noconvert(), py::arg("episode"), py::arg("decision"),
-        "Adds one RL transition; returns its handle (int). obs, next_obs: (obs_dim,) float32; action >= 0; "
+        "Adds one RL transition; returns its handle (int). obs, next_obs: (obs_dim,) float32; action >= 0 (and < "
+        "num_actions if set); "
         "episode, decision in [0, 2^31 - 1] (decision: the index of the agent's decision within its episode); "
         "done, truncated: bool (or numpy.bool_). Continues the stored episode (one new observation slot) when "
         "episode matches, decision is the previous decision + 1, the previous transition was neither done nor "
-        "truncated and obs equals the stored next observation bit for bit; otherwise uses two new slots.");
+        "truncated and obs equals the stored next observation bit for bit; otherwise uses two new slots. "
+        "OverflowError, storing nothing, if the partition's write counter would pass 2^62 (the positions a handle "
+        "can address).");
     cls.def(
         "add_rl_batch",
         [](MixedReplay& self, const carray<float>& obs, const py::array& action, const carray<double>& reward,
@@ -537,6 +547,12 @@ Thread-safe for concurrent writer and sampler threads; batched calls release the
          "Priority a new RL transition gets now: the maximum over live RL transitions, or 1.0 if none is positive.");
     prop("rl_nbytes", [](const MixedReplay& s) { return s.rl_nbytes(); },
          "Bytes allocated by the RL partition (observations, columns and trees).");
+    prop("nbytes", [](const MixedReplay& s) { return s.nbytes(); },
+         "Bytes allocated by both partitions (what load() allocates for a file of these capacities).");
+    cls.def_property_readonly("num_actions", [](const MixedReplay& self) -> std::optional<std::uint64_t> {
+        if (self.num_actions() == 0) return std::nullopt;
+        return self.num_actions();
+    }, "The action limit given to the constructor (actions must be in [0, num_actions)), or None.");
 
     cls.def("get_rng_state", [](const MixedReplay& self) {
         Rng::State s;
@@ -579,8 +595,10 @@ Thread-safe for concurrent writer and sampler threads; batched calls release the
         }
     }, py::arg("path"),
             "Replaces this buffer's whole state with the file's, format version 2 or 3 (use "
-            "MixedReplayBuffer.load). ValueError naming the file and the problem (for contents: the column, slot "
-            "and value) for a bad file (this buffer is then unchanged); OSError if unreadable.");
+            "MixedReplayBuffer.load); the buffer keeps its num_actions. Verifies the size and the checksum before "
+            "allocating the capacities the header declares. ValueError naming the file and the problem (for "
+            "contents: the column, slot and value; for an allocation that fails: the column, the header field and "
+            "the bytes) for a bad file (this buffer is then unchanged); OSError if unreadable.");
     cls.def("check_invariants", [](const MixedReplay& self) {
         py::gil_scoped_release release;
         return self.check_invariants();

@@ -220,6 +220,118 @@ ACE_TEST(replay_save_load_round_trip_and_corruption) {
     CHECK_THROWS(b.load(path), std::system_error);
 }
 
+namespace {
+
+// Overwrites the 8 bytes at `offset` of a file (no checksum update).
+void poke_u64(const std::string& path, std::streamoff offset, std::uint64_t value) {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(offset);
+    f.write(reinterpret_cast<const char*>(&value), sizeof(value));
+}
+
+// Byte offset of the header's rl_capacity field: magic 8, version 4, byte-order tag 4, obs_dim 8.
+constexpr std::streamoff kRlCapacityOffset = 8 + 4 + 4 + 8;
+
+bool message_has(const std::exception& e, const char* text) {
+    return std::string(e.what()).find(text) != std::string::npos;
+}
+
+}  // namespace
+
+ACE_TEST(checksum_streamed_through_a_small_buffer_equals_the_block_checksum) {
+    // Sizes around the reader's 1 MiB chunk and odd tails: hash_through(n) must equal checksum_block over n bytes.
+    const std::uint64_t chunk = CheckedFileReader::kChunk;
+    const std::vector<std::uint64_t> sizes = {0, 1, 7, 8, 13, chunk - 1, chunk, chunk + 5, 2 * chunk + 13};
+    std::vector<unsigned char> data(2 * chunk + 13);
+    Rng rng;
+    rng.reseed(3);
+    for (auto& b : data) b = static_cast<unsigned char>(rng.uniform() * 256);
+    const std::string path = "/tmp/ace_checksum_cpp_test.bin";
+    {
+        std::ofstream f(path, std::ios::binary);
+        f.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
+    }
+    for (std::uint64_t n : sizes) {
+        CheckedFileReader r(path);
+        r.hash_through(n);
+        CHECK(r.hash() == checksum_block(kChecksumSeed, data.data(), n));
+        CHECK(r.offset() == n);
+    }
+    // Two blocks in a row, then a second pass from the first block's end gives the same value.
+    CheckedFileReader r(path);
+    r.hash_through(chunk + 3);
+    const std::uint64_t at = r.offset(), h = r.hash();
+    r.hash_through(chunk);
+    const std::uint64_t both = r.hash();
+    const std::uint64_t first = checksum_block(kChecksumSeed, data.data(), chunk + 3);
+    CHECK(both == checksum_block(first, data.data() + chunk + 3, chunk));
+    r.seek(at, h);
+    std::vector<unsigned char> second(chunk);
+    r.read(second.data(), second.size());
+    CHECK(r.hash() == both);
+    CHECK_THROWS(r.hash_through(data.size()), std::invalid_argument);  // past the end: "file is truncated"
+    std::remove(path.c_str());
+}
+
+ACE_TEST(replay_a_corrupted_capacity_is_a_checksum_error_not_an_allocation) {
+    // 9 transitions in a buffer of capacity 5000: the file holds the 10 used slots, so a capacity field that reads
+    // 2^36 (824 GB of observations at obs_dim 3, within the config limits) keeps the file's size. load() must fail
+    // on the checksum before it allocates; an allocation first would throw std::bad_alloc (or worse) instead.
+    MixedReplay a(config(5000, 3), 5);
+    for (int t = 0; t < 9; ++t) add(a, 2, t);
+    const std::string path = "/tmp/ace_replay_cpp_capacity.bin";
+    a.save(path);
+    for (std::uint64_t cap : {std::uint64_t(1) << 24, std::uint64_t(1) << 36, std::uint64_t(5001)}) {
+        poke_u64(path, kRlCapacityOffset, cap);
+        MixedReplay b(config(4, 1), 0);
+        bool named = false;
+        try {
+            b.load(path);
+        } catch (const ReplayFileError& e) {
+            named = message_has(e, "checksum mismatch") && message_has(e, path.c_str());
+        }
+        CHECK(named);
+        CHECK(b.config().rl_capacity == 4);  // unchanged
+    }
+    std::remove(path.c_str());
+}
+
+ACE_TEST(replay_num_actions_limits_adds_and_the_files_a_buffer_loads) {
+    CHECK_THROWS(MixedReplay(config(), 0, std::uint64_t(1) << 63), std::invalid_argument);
+    MixedReplay limited(config(), 0, 5);
+    CHECK(limited.num_actions() == 5);
+    add(limited, 0, 4);  // add() stores action = t
+    CHECK_THROWS(add(limited, 0, 5), std::invalid_argument);
+    CHECK_THROWS(add_llm(limited, 7, 0.f, true), std::invalid_argument);
+    CHECK(limited.rl_size() == 1 && limited.llm_size() == 0 && limited.check_invariants().empty());
+    MixedReplay any(config(), 0);
+    add(any, 0, 3);
+    add_llm(any, 6, 0.f, true);  // action 6
+    const std::string path = "/tmp/ace_replay_cpp_actions.bin";
+    any.save(path);
+    bool named = false;
+    try {
+        limited.load(path);
+    } catch (const ReplayFileError& e) {
+        named = message_has(e, "llm.action[slot 0] = 6 is not an action of this buffer: out of range [0, 5)");
+    }
+    CHECK(named);
+    CHECK(limited.rl_size() == 1);  // unchanged
+    MixedReplay wide(config(), 0, 7);
+    wide.load(path);
+    CHECK(wide.llm_size() == 1 && wide.num_actions() == 7 && wide.check_invariants().empty());
+    std::remove(path.c_str());
+}
+
+ACE_TEST(replay_state_bytes_is_what_the_constructor_allocates) {
+    for (auto [cap, llm] : {std::pair<std::uint64_t, std::uint64_t>{3, 1}, {10, 4}, {4097, 300}, {70000, 17}}) {
+        const ReplayConfig c = config(cap, llm);
+        MixedReplay r(c, 0);
+        CHECK(r.nbytes() == MixedReplay::state_bytes(c));
+        CHECK(r.rl_nbytes() < r.nbytes());
+    }
+}
+
 ACE_TEST(replay_one_writer_one_sampler_threads) {
     MixedReplay r(config(257, 8), 9);
     for (int t = 0; t < 20; ++t) add(r, 0, t);

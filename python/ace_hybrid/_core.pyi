@@ -19,9 +19,9 @@ class MixedReplay:
     ReplayConfig::llm_capacity, the file's llm.* columns); Python sees validated_* names.
     Thread-safe for concurrent writer and sampler threads; batched calls release the GIL.
     """
-    def __init__(self, obs_dim: typing.SupportsInt | typing.SupportsIndex, rl_capacity: typing.SupportsInt | typing.SupportsIndex, validated_capacity: typing.SupportsInt | typing.SupportsIndex, *, alpha: typing.SupportsFloat | typing.SupportsIndex = 0.6, beta: typing.SupportsFloat | typing.SupportsIndex = 0.25, tau: typing.SupportsFloat | typing.SupportsIndex = 1.0, seed: typing.Any = 0) -> None:
+    def __init__(self, obs_dim: typing.SupportsInt | typing.SupportsIndex, rl_capacity: typing.SupportsInt | typing.SupportsIndex, validated_capacity: typing.SupportsInt | typing.SupportsIndex, *, alpha: typing.SupportsFloat | typing.SupportsIndex = 0.6, beta: typing.SupportsFloat | typing.SupportsIndex = 0.25, tau: typing.SupportsFloat | typing.SupportsIndex = 1.0, seed: typing.Any = 0, num_actions: typing.SupportsInt | typing.SupportsIndex | None = None) -> None:
         """
-        Allocates both partitions. obs_dim >= 1, rl_capacity >= 3 observation slots, validated_capacity >= 1 items, alpha in [0, 1] (priority exponent), beta in [0, 1] (validated fraction of a batch), tau in [1e-6, 1e6] (Eq. 8 temperature), seed in [0, 2^64).
+        Allocates both partitions. obs_dim >= 1, rl_capacity >= 3 observation slots, validated_capacity >= 1 items, alpha in [0, 1] (priority exponent), beta in [0, 1] (validated fraction of a batch), tau in [1e-6, 1e6] (Eq. 8 temperature), seed in [0, 2^64), num_actions None (any action >= 0) or in [1, 2^63 - 1] (adds and loaded files must hold actions in [0, num_actions)).
         """
     def __len__(self) -> int:
         """
@@ -33,7 +33,7 @@ class MixedReplay:
         """
     def _load(self, path: str) -> None:
         """
-        Replaces this buffer's whole state with the file's, format version 2 or 3 (use MixedReplayBuffer.load). ValueError naming the file and the problem (for contents: the column, slot and value) for a bad file (this buffer is then unchanged); OSError if unreadable.
+        Replaces this buffer's whole state with the file's, format version 2 or 3 (use MixedReplayBuffer.load); the buffer keeps its num_actions. Verifies the size and the checksum before allocating the capacities the header declares. ValueError naming the file and the problem (for contents: the column, slot and value; for an allocation that fails: the column, the header field and the bytes) for a bad file (this buffer is then unchanged); OSError if unreadable.
         """
     def _rl_columns(self) -> dict:
         """
@@ -49,7 +49,7 @@ class MixedReplay:
         """
     def add_rl(self, obs: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], action: typing.SupportsInt | typing.SupportsIndex, reward: typing.SupportsFloat | typing.SupportsIndex, next_obs: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], done: bool, truncated: bool, episode: typing.SupportsInt | typing.SupportsIndex, decision: typing.SupportsInt | typing.SupportsIndex) -> int:
         """
-        Adds one RL transition; returns its handle (int). obs, next_obs: (obs_dim,) float32; action >= 0; episode, decision in [0, 2^31 - 1] (decision: the index of the agent's decision within its episode); done, truncated: bool (or numpy.bool_). Continues the stored episode (one new observation slot) when episode matches, decision is the previous decision + 1, the previous transition was neither done nor truncated and obs equals the stored next observation bit for bit; otherwise uses two new slots.
+        Adds one RL transition; returns its handle (int). obs, next_obs: (obs_dim,) float32; action >= 0 (and < num_actions if set); episode, decision in [0, 2^31 - 1] (decision: the index of the agent's decision within its episode); done, truncated: bool (or numpy.bool_). Continues the stored episode (one new observation slot) when episode matches, decision is the previous decision + 1, the previous transition was neither done nor truncated and obs equals the stored next observation bit for bit; otherwise uses two new slots. OverflowError, storing nothing, if the partition's write counter would pass 2^62 (the positions a handle can address).
         """
     def add_rl_batch(self, obs: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], action: numpy.ndarray[typing.Any, numpy.dtype[typing.Any]], reward: typing.Annotated[numpy.typing.ArrayLike, numpy.float64], next_obs: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], done: numpy.ndarray[typing.Any, numpy.dtype[typing.Any]], truncated: numpy.ndarray[typing.Any, numpy.dtype[typing.Any]], episode: numpy.ndarray[typing.Any, numpy.dtype[typing.Any]], decision: numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]) -> numpy.typing.NDArray[numpy.int64]:
         """
@@ -101,6 +101,16 @@ class MixedReplay:
     def max_priority(self) -> float:
         """
         Priority a new RL transition gets now: the maximum over live RL transitions, or 1.0 if none is positive.
+        """
+    @property
+    def nbytes(self) -> int:
+        """
+        Bytes allocated by both partitions (what load() allocates for a file of these capacities).
+        """
+    @property
+    def num_actions(self) -> int | None:
+        """
+        The action limit given to the constructor (actions must be in [0, num_actions)), or None.
         """
     @property
     def obs_dim(self) -> int:

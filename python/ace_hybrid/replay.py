@@ -17,7 +17,9 @@ and ``N = len(buffer)``.
 
 Items are named by int64 handles ``(write position << 1) | partition`` (0 RL, 1 validated). A handle whose slot has
 been overwritten since it was issued is stale: :meth:`MixedReplayBuffer.update_priorities` and
-:meth:`MixedReplayBuffer.update_rewards` skip it and return how many handles they applied.
+:meth:`MixedReplayBuffer.update_rewards` skip it and return how many handles they applied. So that every handle is
+>= 0, each partition writes at most ``2**62`` positions: an add that would pass that raises ``OverflowError`` and
+stores nothing, and :meth:`MixedReplayBuffer.load` refuses a file whose counters exceed it.
 
 The buffer is safe to use from one actor thread (adding) and one learner thread (sampling, updating) at
 the same time; batched calls release the GIL. See ``cpp/include/ace_hybrid/replay.hpp`` for the storage
@@ -106,6 +108,9 @@ class MixedReplayBuffer(_core.MixedReplay):
         Temperature of Eq. 8, in [1e-6, 1e6]; the exponent is clipped to [-60, 60]. Default 1.0.
     seed : int
         Seed of the buffer's own generator (xoshiro256**), in [0, 2**64).
+    num_actions : int or None
+        The size of the action set, in [1, 2**63 - 1]: every add, and every file :meth:`load` reads into this
+        buffer, must hold actions in ``[0, num_actions)`` (ValueError otherwise). None (default): any action >= 0.
 
     Notes
     -----
@@ -126,8 +131,10 @@ class MixedReplayBuffer(_core.MixedReplay):
         beta: float = 0.25,
         tau: float = 1.0,
         seed: int = 0,
+        num_actions: int | None = None,
     ) -> None:
-        super().__init__(obs_dim, rl_capacity, validated_capacity, alpha=alpha, beta=beta, tau=tau, seed=seed)
+        super().__init__(obs_dim, rl_capacity, validated_capacity, alpha=alpha, beta=beta, tau=tau, seed=seed,
+                         num_actions=num_actions)
 
     def sample(self, batch_size: int, is_exponent: float = 0.4) -> ReplayBatch:
         """Draw a batch.
@@ -187,28 +194,50 @@ class MixedReplayBuffer(_core.MixedReplay):
         super().save(os.fspath(path))
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> MixedReplayBuffer:
+    def load(
+        cls, path: str | os.PathLike[str], *, obs_dim: int | None = None, num_actions: int | None = None
+    ) -> MixedReplayBuffer:
         """Read a buffer written by :meth:`save` (format version 3, or version 2 from earlier releases).
+
+        The file's size is checked against its header and its checksum is verified (streaming it through a 1 MiB
+        buffer) before anything proportional to the capacities it declares is allocated, so a damaged header costs
+        no memory; then the buffer is allocated at those capacities (``nbytes`` of the result) and the file is read
+        a second time.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+        obs_dim : int or None
+            The observation size the caller needs; a file holding another is refused. None: any.
+        num_actions : int or None
+            The size of the caller's action set: a file holding an action outside ``[0, num_actions)`` is refused,
+            and the buffer returned refuses such adds (see the class). None: any action >= 0.
 
         Raises
         ------
         ValueError
             Naming the file and the problem, for a truncated or corrupted file, a wrong magic string or an
-            unreadable version, or contents that an add would have refused or that contradict each other
-            (a non-finite observation, reward or improvement, a negative action, an episode or decision id out
-            of ``[0, 2**31 - 1]``, unknown flag bits, a negative or non-finite priority, a sampling weight that
-            does not match its priority or ``I_v``): the message names the column, the slot and the value, e.g.
-            ``rl.obs[slot 2, 1] = nan is not finite``.
+            unreadable version, a header out of range (write counters above ``2**62`` included), contents that
+            an add would have refused or that contradict each other (a non-finite observation, reward or
+            improvement, a negative action, an episode or decision id out of ``[0, 2**31 - 1]``, unknown flag
+            bits, a negative or non-finite priority, a sampling weight that does not match its priority or
+            ``I_v``: the message names the column, the slot and the value, e.g. ``rl.obs[slot 2, 1] = nan is not
+            finite``), an allocation at the declared capacities that fails (naming the column, the header field
+            and the bytes), or a file that does not fit ``obs_dim`` / ``num_actions`` (naming both values).
         OSError
             If the file cannot be opened or read.
         """
-        buf = cls(1, 3, 1)
+        buf = cls(1, 3, 1, num_actions=num_actions)
         buf._load(os.fspath(path))
+        if obs_dim is not None and buf.obs_dim != obs_dim:
+            raise ValueError(f"replay file '{os.fspath(path)}' holds observations of size {buf.obs_dim}, not the "
+                             f"obs_dim = {obs_dim} asked for")
         return buf
 
     def __repr__(self) -> str:
         return (
             f"MixedReplayBuffer(obs_dim={self.obs_dim}, rl_capacity={self.rl_capacity}, "
-            f"validated_capacity={self.validated_capacity}, alpha={self.alpha}, beta={self.beta}, tau={self.tau}; "
+            f"validated_capacity={self.validated_capacity}, alpha={self.alpha}, beta={self.beta}, tau={self.tau}, "
+            f"num_actions={self.num_actions}; "
             f"rl_size={self.rl_size}, validated_size={self.validated_size})"
         )

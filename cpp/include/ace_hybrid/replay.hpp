@@ -6,6 +6,13 @@
 // slot = position % capacity and generation = position / capacity. Both partitions are FIFO rings written in
 // order, so an item is live iff position >= positions_written - capacity (and, for RL, its slot is a transition
 // head). A handle whose slot was overwritten since it was issued is "stale": priority and reward updates skip it.
+// A handle must be >= 0, so positions are < 2^62 and each partition's write counter is at most kMaxWritten = 2^62:
+// an add that would pass it throws std::overflow_error (storing nothing), load() refuses a larger counter, so no
+// handle is ever negative and every saved file loads. (At a billion adds a second, 2^62 takes 146 years: only a
+// crafted file comes near it.)
+//
+// Actions. An action is an int64 >= 0; a buffer built with num_actions = A > 0 also refuses actions >= A, in adds
+// and in the files it loads (a replay that does not fit the run's action set).
 //
 // RL partition layout (the memory-efficient DQN trick: each observation is stored once):
 //
@@ -104,6 +111,9 @@ constexpr std::uint64_t kMaxObsBytes = 1ULL << 40;  // 4 * obs_dim * (rl_capacit
 constexpr std::uint64_t kMaxBatch = 1ULL << 20;
 constexpr std::int64_t kMaxEpisodeOrDecision = std::numeric_limits<std::int32_t>::max();
 constexpr double kExponentClip = 60.0;
+// Positions each partition may write: a handle (position << 1) | partition of a position < 2^62 is in
+// [0, 2^63 - 1]. Checked by every add and by load().
+constexpr std::uint64_t kMaxWritten = 1ULL << 62;
 
 inline void validate_config(const ReplayConfig& c) {
     auto fail = [](const std::string& s) { throw std::invalid_argument(s); };
@@ -199,26 +209,42 @@ public:
     static constexpr std::uint32_t kOldestReadableVersion = 2;
     static constexpr char kMagic[8] = {'A', 'C', 'E', 'R', 'P', 'L', 'Y', '\0'};
 
-    // Allocates both partitions (zeroed). O(capacity * obs_dim). Throws std::invalid_argument on a bad config.
-    MixedReplay(const ReplayConfig& cfg, std::uint64_t seed) : st_(make_state(cfg)) { st_.rng.reseed(seed); }
+    // Allocates both partitions (zeroed): state_bytes(cfg) bytes. O(capacity * obs_dim). num_actions = A > 0 makes
+    // every add and load() refuse actions >= A (0: any action >= 0); it is this object's, not the file's, and never
+    // changes. Throws std::invalid_argument on a bad config or num_actions > 2^63 - 1, std::bad_alloc when out of
+    // memory.
+    MixedReplay(const ReplayConfig& cfg, std::uint64_t seed, std::uint64_t num_actions = 0)
+        : num_actions_(checked_num_actions(num_actions)), st_(make_state(cfg)) {
+        st_.rng.reseed(seed);
+    }
 
     // ---- adding ---------------------------------------------------------------------------------------------
     // Adds in.n RL transitions in order, writing their handles to handles_out[0..n). Validates every input first
-    // (finite observations and rewards, action >= 0, episode/decision in [0, 2^31 - 1]) and stores nothing if any
-    // is bad.
+    // (finite observations and rewards, action in [0, num_actions) or >= 0 without num_actions, episode/decision in
+    // [0, 2^31 - 1]: std::invalid_argument) and that the write counter stays within kMaxWritten
+    // (std::overflow_error); stores nothing if any check fails.
     // O(n * obs_dim + n * 16 log16 C). Thread-safe.
     void add_rl(const TransitionsIn& in, std::int64_t* handles_out) {
         validate_transitions(in, false);
         std::lock_guard<std::mutex> lk(mu_);
         check_dim(in.obs_dim);
+        const std::uint64_t room = kMaxWritten - st_.rl.written;
+        // A transition takes one or two positions; count them exactly only near the limit (never in practice).
+        if (in.n > room / 2) {
+            const std::uint64_t need = rl_positions_needed(in);
+            if (need > room) throw counter_overflow("add_rl", "RL", in.n, need, st_.rl.written);
+        }
         for (std::size_t i = 0; i < in.n; ++i) handles_out[i] = add_rl_locked(in, i);
     }
 
-    // Adds in.n LLM transitions (needs improvement and valid). Same validation and cost as add_rl. Thread-safe.
+    // Adds in.n LLM transitions (needs improvement and valid), one position each. Same validation and cost as
+    // add_rl. Thread-safe.
     void add_llm(const TransitionsIn& in, std::int64_t* handles_out) {
         validate_transitions(in, true);
         std::lock_guard<std::mutex> lk(mu_);
         check_dim(in.obs_dim);
+        if (in.n > kMaxWritten - st_.llm.written)
+            throw counter_overflow("add_llm", "LLM", in.n, in.n, st_.llm.written);
         for (std::size_t i = 0; i < in.n; ++i) handles_out[i] = add_llm_locked(in, i);
     }
 
@@ -405,10 +431,27 @@ public:
     // Bytes allocated by the RL partition (observations, columns, both trees). Thread-safe.
     std::size_t rl_nbytes() const {
         std::lock_guard<std::mutex> lk(mu_);
-        const Rl& rl = st_.rl;
-        return rl.obs.size() * sizeof(float) + rl.meta.size() * sizeof(RlScalars) + rl.flags.size() + rl.sum.nbytes() +
-               rl.maxp.nbytes();
+        return rl_nbytes_locked();
     }
+    // Bytes allocated by both partitions (state_bytes of the current config). Thread-safe.
+    std::size_t nbytes() const {
+        std::lock_guard<std::mutex> lk(mu_);
+        const Llm& lm = st_.llm;
+        return rl_nbytes_locked() + (lm.obs.size() + lm.next_obs.size()) * sizeof(float) +
+               lm.action.size() * sizeof(std::int64_t) +
+               (lm.reward.size() + lm.original_reward.size() + lm.improvement.size()) * sizeof(float) +
+               (lm.episode.size() + lm.decision.size()) * sizeof(std::int32_t) + lm.flags.size() + lm.sum.nbytes();
+    }
+    // Bytes a buffer of this (valid) config allocates, what the constructor and load() ask for: per RL slot
+    // 4 obs_dim + 25 bytes plus ~12.8 of tree nodes, per LLM slot 8 obs_dim + 29 plus ~8.5. At the largest config the
+    // limits admit (obs_dim 1, rl_capacity 2^38 - 2) that is 11.5 TB. O(log C).
+    static std::uint64_t state_bytes(const ReplayConfig& c) {
+        const std::uint64_t d = c.obs_dim, n = c.rl_capacity, m = c.llm_capacity;
+        return n * (4 * d + sizeof(RlScalars) + 1) + tree_nodes(n) * (8 + 4) + m * (8 * d + 8 + 5 * 4 + 1) +
+               tree_nodes(m) * 8;
+    }
+    // The num_actions given to the constructor (0: none). Immutable, so no lock.
+    std::uint64_t num_actions() const { return num_actions_; }
     ReplayConfig config() const {
         std::lock_guard<std::mutex> lk(mu_);
         return st_.cfg;
@@ -438,7 +481,8 @@ public:
     // Returns "" when consistent, else a description. O(C * obs_dim). Thread-safe.
     std::string check_invariants() const {
         std::lock_guard<std::mutex> lk(mu_);
-        return validate_state(st_);
+        const std::string problem = validate_state(st_);
+        return problem.empty() ? foreign_action(st_, num_actions_) : problem;
     }
 
     // ---- persistence ----------------------------------------------------------------------------------------
@@ -461,14 +505,20 @@ public:
         w.commit();
     }
 
-    // Replaces the whole state (config included) by the file's (format version 2 or 3). Checks size against the
-    // header, the checksum and every invariant (validate_state: the values an add would refuse, leaves against
-    // priorities and I_v, trees, counters) BEFORE touching this object; on any problem throws ReplayFileError
-    // (std::invalid_argument) naming the file and the problem (column, slot and value), and this object is
-    // unchanged. A checksum only detects accidental corruption, so a file edited and re-checksummed is still
-    // validated. Throws
-    // std::system_error if the file cannot be read. O(capacity * obs_dim) (the buffer is allocated at capacity);
-    // the lock is held only for the final swap. Thread-safe.
+    // Replaces the whole state (config included) by the file's (format version 2 or 3). Checks, in this order and
+    // BEFORE allocating anything that grows with a capacity or touching this object: the header (config limits,
+    // write counters <= kMaxWritten), the file's size against the size its header implies, and the checksum, which
+    // is computed by streaming the file through a 1 MiB buffer. A corrupted header field (a flipped capacity) is
+    // therefore a size or checksum error that costs no memory. Only then does it allocate state_bytes(config) and
+    // read the file a second time (hashing again: a file that changed in between is refused), then checks every
+    // invariant (validate_state: the values an add would refuse, leaves against priorities and I_v, trees,
+    // counters) and, with num_actions, that every stored action is below it. On any problem throws ReplayFileError
+    // (std::invalid_argument) naming the file and the problem (column, slot and value); an allocation that fails
+    // names the column, the header field and the bytes it asked for. This object is then unchanged. A checksum
+    // only detects accidental corruption, so a file edited and re-checksummed is still validated. Throws
+    // std::system_error if the file cannot be read.
+    // O(file size + capacity * obs_dim): reads the file twice and allocates state_bytes(config) once; the lock is
+    // held only for the final swap. Thread-safe.
     void load(const std::string& path) {
         CheckedFileReader r(path);
         const std::uint64_t fixed = sizeof(kMagic) + 8 + kHeaderBytes + 8;
@@ -499,19 +549,36 @@ public:
         } catch (const std::invalid_argument& e) {
             throw ReplayFileError(path, std::string("invalid header: ") + e.what());
         }
-        const std::uint64_t payload =
-            version == 2 ? full_payload_bytes(h.cfg) : used_payload_bytes(h.cfg, h.rl_written, h.llm_written);
-        const std::uint64_t expected = fixed + payload;
+        const std::string counters = check_counters(h.rl_written, h.llm_written);
+        if (!counters.empty()) throw ReplayFileError(path, "invalid header: " + counters);
+        const std::vector<Block> blocks = file_blocks(version, h.cfg, h.rl_written, h.llm_written);
+        std::uint64_t expected = fixed;
+        for (const Block& b : blocks) expected += b.bytes;  // < 2^50 under the config limits: no overflow
         if (r.size() != expected) {
             std::ostringstream os;
             os << "size " << r.size() << " bytes does not match the " << expected
                << " bytes its header implies (truncated or corrupted)";
             throw ReplayFileError(path, os.str());
         }
-        State fresh = make_state(h.cfg);
+        // Pass 1: the checksum, through a bounded buffer (no allocation proportional to a capacity yet).
+        const std::uint64_t payload_at = r.offset(), header_hash = r.hash();
+        for (const Block& b : blocks) r.hash_through(b.bytes);
+        const std::uint64_t computed = r.hash();
+        std::uint64_t stored = 0;
+        r.read(&stored, sizeof(stored), false);
+        if (stored != computed) throw ReplayFileError(path, "checksum mismatch (the file is corrupted)");
+        // Pass 2: allocate at the declared capacities and read the contents, hashing them again.
+        r.seek(payload_at, header_hash);
+        State fresh = make_state(h.cfg, &path);
         fresh.rl.written = h.rl_written;  // before reading: the used prefix of a version 3 file depends on it
         fresh.llm.written = h.llm_written;
-        auto read = [&](const char*, void* p, std::size_t n) { r.read(p, n); };
+        std::size_t k = 0;
+        auto read = [&](const char* name, void* p, std::size_t n) {
+            if (k >= blocks.size() || blocks[k].bytes != n || std::strcmp(blocks[k].name, name) != 0)
+                throw std::logic_error(std::string("replay file layout disagrees with its block list at ") + name);
+            ++k;
+            r.read(p, n);
+        };
         if (version == 2) {
             for_each_full_array(fresh, read);
         } else {
@@ -520,10 +587,8 @@ public:
             fresh.rl.maxp.rebuild();
             fresh.llm.sum.rebuild();
         }
-        const std::uint64_t computed = r.hash();
-        std::uint64_t stored = 0;
-        r.read(&stored, sizeof(stored), false);
-        if (stored != computed) throw ReplayFileError(path, "checksum mismatch (the file is corrupted)");
+        if (r.hash() != stored)
+            throw ReplayFileError(path, "checksum mismatch on the second reading (the file changed while it was read)");
         if (h.has_prev > 1) {
             std::ostringstream os;
             os << "inconsistent contents: has_prev = " << int(h.has_prev) << " must be 0 or 1";
@@ -541,13 +606,14 @@ public:
         recount(fresh);
         const std::string problem = validate_state(fresh);
         if (!problem.empty()) throw ReplayFileError(path, "inconsistent contents: " + problem);
+        const std::string foreign = foreign_action(fresh, num_actions_);
+        if (!foreign.empty()) throw ReplayFileError(path, foreign);
         std::lock_guard<std::mutex> lk(mu_);
         std::swap(st_, fresh);
     }
 
 private:
     static constexpr std::uint32_t kByteOrderTag = 0x01020304u;
-    static constexpr std::uint64_t kMaxPosition = 1ULL << 62;
 
     template <typename T>
     using Column = std::vector<T, HugePageAllocator<T>>;
@@ -600,29 +666,56 @@ private:
 
     enum class Status { kLive, kStale, kInvalid };
 
-    static State make_state(const ReplayConfig& cfg) {
+    // A zeroed state of a valid config: state_bytes(cfg) bytes. Out of memory, the constructor (path == nullptr)
+    // gets std::bad_alloc; load() (path = the file) gets ReplayFileError naming the file, the column, the header
+    // field that sized it and the bytes it asked for. O(capacity * obs_dim).
+    static State make_state(const ReplayConfig& cfg, const std::string* path = nullptr) {
         validate_config(cfg);
         State s;
         s.cfg = cfg;
         const auto d = static_cast<std::size_t>(cfg.obs_dim);
         const auto c = static_cast<std::size_t>(cfg.rl_capacity);
         const auto m = static_cast<std::size_t>(cfg.llm_capacity);
-        s.rl.obs.assign(c * d, 0.0f);
-        s.rl.meta.assign(c, RlScalars{});
-        s.rl.flags.assign(c, 0);
-        s.rl.sum.resize(c);
-        s.rl.maxp.resize(c);
-        s.llm.obs.assign(m * d, 0.0f);
-        s.llm.next_obs.assign(m * d, 0.0f);
-        s.llm.action.assign(m, 0);
-        s.llm.reward.assign(m, 0.0f);
-        s.llm.original_reward.assign(m, 0.0f);
-        s.llm.improvement.assign(m, 0.0f);
-        s.llm.episode.assign(m, 0);
-        s.llm.decision.assign(m, 0);
-        s.llm.flags.assign(m, 0);
-        s.llm.sum.resize(m);
+        // column: the file's name for it; llm: sized by llm_capacity (else rl_capacity); obs: and by obs_dim.
+        auto alloc = [&](const char* column, bool llm, bool obs, std::uint64_t bytes, auto&& allocate) {
+            try {
+                allocate();
+            } catch (const std::bad_alloc&) {  // std::bad_array_new_length too
+                if (!path) throw;
+                throw allocation_error(*path, cfg, column, llm, obs, bytes);
+            } catch (const std::length_error&) {
+                if (!path) throw;
+                throw allocation_error(*path, cfg, column, llm, obs, bytes);
+            }
+        };
+        const std::uint64_t obs_rl = std::uint64_t(c) * d * sizeof(float);
+        const std::uint64_t obs_llm = std::uint64_t(m) * d * sizeof(float);
+        alloc("rl.obs", false, true, obs_rl, [&] { s.rl.obs.assign(c * d, 0.0f); });
+        alloc("rl.scalars", false, false, c * sizeof(RlScalars), [&] { s.rl.meta.assign(c, RlScalars{}); });
+        alloc("rl.flags", false, false, c, [&] { s.rl.flags.assign(c, 0); });
+        alloc("rl.sum", false, false, tree_nodes(c) * 8, [&] { s.rl.sum.resize(c); });
+        alloc("rl.max", false, false, tree_nodes(c) * 4, [&] { s.rl.maxp.resize(c); });
+        alloc("llm.obs", true, true, obs_llm, [&] { s.llm.obs.assign(m * d, 0.0f); });
+        alloc("llm.next_obs", true, true, obs_llm, [&] { s.llm.next_obs.assign(m * d, 0.0f); });
+        alloc("llm.action", true, false, m * 8, [&] { s.llm.action.assign(m, 0); });
+        alloc("llm.reward", true, false, m * 4, [&] { s.llm.reward.assign(m, 0.0f); });
+        alloc("llm.original_reward", true, false, m * 4, [&] { s.llm.original_reward.assign(m, 0.0f); });
+        alloc("llm.improvement", true, false, m * 4, [&] { s.llm.improvement.assign(m, 0.0f); });
+        alloc("llm.episode", true, false, m * 4, [&] { s.llm.episode.assign(m, 0); });
+        alloc("llm.decision", true, false, m * 4, [&] { s.llm.decision.assign(m, 0); });
+        alloc("llm.flags", true, false, m, [&] { s.llm.flags.assign(m, 0); });
+        alloc("llm.sum", true, false, tree_nodes(m) * 8, [&] { s.llm.sum.resize(m); });
         return s;
+    }
+
+    static ReplayFileError allocation_error(const std::string& path, const ReplayConfig& cfg, const char* column,
+                                            bool llm, bool obs, std::uint64_t bytes) {
+        std::ostringstream os;
+        os << "cannot allocate " << bytes << " bytes for " << column << ", sized by the header's "
+           << (llm ? "llm_capacity = " : "rl_capacity = ") << (llm ? cfg.llm_capacity : cfg.rl_capacity);
+        if (obs) os << " and obs_dim = " << cfg.obs_dim;
+        os << ": out of memory (a buffer of these capacities takes " << state_bytes(cfg) << " bytes in all)";
+        return ReplayFileError(path, os.str());
     }
 
     // Slots ever written: the rings fill slots 0, 1, 2, ... in order, so these are the prefix [0, used).
@@ -657,14 +750,6 @@ private:
         v("llm.sum leaves", s.llm.sum.data().data(), m);
     }
 
-    // Bytes of for_each_used_array for a (validated) config and write counters.
-    static std::uint64_t used_payload_bytes(const ReplayConfig& c, std::uint64_t rl_written,
-                                            std::uint64_t llm_written) {
-        const std::uint64_t d = c.obs_dim, n = used_slots(rl_written, c.rl_capacity);
-        const std::uint64_t m = used_slots(llm_written, c.llm_capacity);
-        return n * (d * 4 + sizeof(RlScalars) + 1 + 8 + 4) + m * (2 * d * 4 + 8 + 4 + 4 + 4 + 4 + 4 + 1 + 8);
-    }
-
     // The arrays of a version 2 file in file order: every column at capacity and the whole trees (read only).
     template <typename F>
     static void for_each_full_array(State& s, F&& f) {
@@ -697,11 +782,36 @@ private:
         }
     }
 
-    // Bytes of for_each_full_array for a (validated) config; fits easily in 64 bits given the limits.
-    static std::uint64_t full_payload_bytes(const ReplayConfig& c) {
-        const std::uint64_t d = c.obs_dim, n = c.rl_capacity, m = c.llm_capacity;
-        return n * d * 4 + n * (8 + 4 + 4 + 4 + 4 + 1) + tree_nodes(n) * (8 + 4) + 2 * m * d * 4 +
-               m * (8 + 4 + 4 + 4 + 4 + 4 + 1) + tree_nodes(m) * 8;
+    // The blocks of a file's payload (after the header, before the checksum), in file order, from its header
+    // alone: load() verifies the size and the checksum with them before allocating, and checks that the
+    // for_each_*_array it then reads with names the same blocks. Version 3: the used prefix of every column and of
+    // the tree leaves; version 2: every column at capacity and the whole trees. A valid config keeps every size
+    // below 2^50 bytes. O(log C).
+    struct Block {
+        const char* name;
+        std::uint64_t bytes;
+    };
+    static std::vector<Block> file_blocks(std::uint32_t version, const ReplayConfig& c, std::uint64_t rl_written,
+                                          std::uint64_t llm_written) {
+        const std::uint64_t d = c.obs_dim;
+        const bool full = version == 2;
+        const std::uint64_t n = full ? c.rl_capacity : used_slots(rl_written, c.rl_capacity);
+        const std::uint64_t m = full ? c.llm_capacity : used_slots(llm_written, c.llm_capacity);
+        return {{"rl.obs", n * d * 4},
+                {"rl.scalars", n * sizeof(RlScalars)},
+                {"rl.flags", n},
+                {full ? "rl.sum" : "rl.sum leaves", (full ? tree_nodes(n) : n) * 8},
+                {full ? "rl.max" : "rl.max leaves", (full ? tree_nodes(n) : n) * 4},
+                {"llm.obs", m * d * 4},
+                {"llm.next_obs", m * d * 4},
+                {"llm.action", m * 8},
+                {"llm.reward", m * 4},
+                {"llm.original_reward", m * 4},
+                {"llm.improvement", m * 4},
+                {"llm.episode", m * 4},
+                {"llm.decision", m * 4},
+                {"llm.flags", m},
+                {full ? "llm.sum" : "llm.sum leaves", (full ? tree_nodes(m) : m) * 8}};
     }
 
     static void write_header(AtomicFileWriter& w, const State& s) {
@@ -765,11 +875,8 @@ private:
         const Llm& lm = s.llm;
         const std::uint64_t cap = s.cfg.rl_capacity, mcap = s.cfg.llm_capacity;
         const auto d = static_cast<std::size_t>(s.cfg.obs_dim);
-        if (rl.written >= kMaxPosition || lm.written >= kMaxPosition) {
-            os << "write counters rl.written = " << rl.written << ", llm.written = " << lm.written
-               << " out of range [0, " << kMaxPosition << ")";
-            return os.str();
-        }
+        const std::string counters = check_counters(rl.written, lm.written);
+        if (!counters.empty()) return counters;
         if (rl.prev_flags & ~(kDone | kTruncated)) {
             os << "prev_flags = " << int(rl.prev_flags) << " has unknown bits (known: done 1, truncated 2)";
             return os.str();
@@ -878,6 +985,93 @@ private:
         return "";
     }
 
+    // "" when both write counters are within [0, kMaxWritten], else a description naming the limit.
+    static std::string check_counters(std::uint64_t rl_written, std::uint64_t llm_written) {
+        if (rl_written <= kMaxWritten && llm_written <= kMaxWritten) return "";
+        std::ostringstream os;
+        os << "write counters rl_written = " << rl_written << ", llm_written = " << llm_written
+           << " out of range [0, " << kMaxWritten << "] (2^62: handles are (position << 1) | partition in an int64)";
+        return os.str();
+    }
+
+    // "" when num_actions is 0 or every action stored in a used slot (RL records and LLM items, live or not) is
+    // below it, else the first one that is not, with its column, slot and the range. O(C).
+    static std::string foreign_action(const State& s, std::uint64_t num_actions) {
+        if (num_actions == 0) return "";
+        const auto limit = static_cast<std::int64_t>(num_actions);
+        auto name = [&](const char* column, std::uint64_t k, std::int64_t a) {
+            std::ostringstream os;
+            os << column << "[slot " << k << "] = " << a << " is not an action of this buffer: out of range [0, "
+               << num_actions << ") for num_actions = " << num_actions;
+            return os.str();
+        };
+        const std::uint64_t n = used_slots(s.rl.written, s.cfg.rl_capacity);
+        const std::uint64_t m = used_slots(s.llm.written, s.cfg.llm_capacity);
+        for (std::uint64_t k = 0; k < n; ++k)
+            if (s.rl.meta[k].action >= limit) return name("rl.action", k, s.rl.meta[k].action);
+        for (std::uint64_t k = 0; k < m; ++k)
+            if (s.llm.action[k] >= limit) return name("llm.action", k, s.llm.action[k]);
+        return "";
+    }
+
+    static std::uint64_t checked_num_actions(std::uint64_t a) {
+        constexpr auto kMax = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+        if (a > kMax) {
+            std::ostringstream os;
+            os << "num_actions = " << a << " out of range [0, " << kMax << "] (0: no limit)";
+            throw std::invalid_argument(os.str());
+        }
+        return a;
+    }
+
+    // The error of an add that would take a partition's write counter past kMaxWritten.
+    static std::overflow_error counter_overflow(const char* method, const char* partition, std::size_t n,
+                                                std::uint64_t need, std::uint64_t written) {
+        std::ostringstream os;
+        os << method << ": " << n << " transition(s) need " << need << " more " << partition << " positions, but "
+           << written << " of the " << kMaxWritten << " (2^62) a handle can address are written (handles are "
+           << "(position << 1) | partition in an int64); nothing was stored: save what you need and start a new "
+           << "buffer";
+        return std::overflow_error(os.str());
+    }
+
+    // Whether an RL transition (episode ep, decision dec, observation o) continues the previous one, whose flags,
+    // episode and decision are given and whose next observation is `pending` (nullptr: none): the rule of the
+    // header comment. O(obs_dim).
+    static bool continues(const float* pending, std::uint8_t prev_flags, std::int32_t prev_ep, std::int32_t prev_dec,
+                          std::int32_t ep, std::int32_t dec, const float* o, std::size_t d) {
+        return pending && prev_ep == ep && static_cast<std::int64_t>(prev_dec) + 1 == dec &&
+               !(prev_flags & (kDone | kTruncated)) && std::memcmp(o, pending, d * sizeof(float)) == 0;
+    }
+
+    // Under the lock: the positions add_rl(in) would write (one per continuing transition, two otherwise), by the
+    // rule add_rl_locked applies. O(n * obs_dim).
+    std::uint64_t rl_positions_needed(const TransitionsIn& in) const {
+        const Rl& rl = st_.rl;
+        const std::size_t d = static_cast<std::size_t>(st_.cfg.obs_dim);
+        const float* pending =
+            rl.has_prev ? rl.obs.data() + static_cast<std::size_t>((rl.written - 1) % st_.cfg.rl_capacity) * d
+                        : nullptr;
+        std::uint8_t flags = rl.prev_flags;
+        std::int32_t ep = rl.prev_episode, dec = rl.prev_decision;
+        std::uint64_t need = 0;
+        for (std::size_t i = 0; i < in.n; ++i) {
+            const auto e = static_cast<std::int32_t>(in.episode[i]), t = static_cast<std::int32_t>(in.decision[i]);
+            need += continues(pending, flags, ep, dec, e, t, in.obs + i * d, d) ? 1 : 2;
+            pending = in.next_obs + i * d;  // what add_rl_locked stores at the new last position
+            flags = static_cast<std::uint8_t>((in.done[i] ? kDone : 0) | (in.truncated[i] ? kTruncated : 0));
+            ep = e;
+            dec = t;
+        }
+        return need;
+    }
+
+    std::size_t rl_nbytes_locked() const {
+        const Rl& rl = st_.rl;
+        return rl.obs.size() * sizeof(float) + rl.meta.size() * sizeof(RlScalars) + rl.flags.size() + rl.sum.nbytes() +
+               rl.maxp.nbytes();
+    }
+
     // Under the lock: the caller's row length must match (load() may change obs_dim between calls).
     void check_dim(std::size_t d) const {
         if (d != st_.cfg.obs_dim) {
@@ -903,8 +1097,9 @@ private:
         }
     }
 
-    // Needs no lock: reads only the caller's arrays (laid out with in.obs_dim, checked again under the lock).
-    static void validate_transitions(const TransitionsIn& in, bool llm) {
+    // Needs no lock: reads only the caller's arrays (laid out with in.obs_dim, checked again under the lock) and
+    // num_actions_, which never changes.
+    void validate_transitions(const TransitionsIn& in, bool llm) const {
         const std::size_t d = in.obs_dim;
         auto bad = [](const char* name, std::size_t i, std::size_t j, double v, const char* why) {
             std::ostringstream os;
@@ -923,6 +1118,12 @@ private:
                 std::ostringstream os;
                 os << "action[" << i << "] = " << in.action[i] << " out of range [0, "
                    << std::numeric_limits<std::int64_t>::max() << "]";
+                throw std::invalid_argument(os.str());
+            }
+            if (num_actions_ && static_cast<std::uint64_t>(in.action[i]) >= num_actions_) {
+                std::ostringstream os;
+                os << "action[" << i << "] = " << in.action[i] << " out of range [0, " << num_actions_
+                   << ") for num_actions = " << num_actions_;
                 throw std::invalid_argument(os.str());
             }
             for (const auto& [name, v] : {std::pair<const char*, std::int64_t>{"episode", in.episode[i]},
@@ -1036,11 +1237,7 @@ private:
         const float p = new_priority();
         const float* pending = rl.has_prev ? rl.obs.data() + static_cast<std::size_t>((rl.written - 1) % cap) * d
                                            : nullptr;
-        const bool continues = pending && rl.prev_episode == ep &&
-                               static_cast<std::int64_t>(rl.prev_decision) + 1 == decision &&
-                               !(rl.prev_flags & (kDone | kTruncated)) &&
-                               std::memcmp(o, pending, d * sizeof(float)) == 0;
-        if (!continues) write_rl_obs(o);
+        if (!continues(pending, rl.prev_flags, rl.prev_episode, rl.prev_decision, ep, decision, o, d)) write_rl_obs(o);
         const std::uint64_t head = rl.written - 1;
         const std::size_t s = static_cast<std::size_t>(head % cap);
         const std::uint8_t f = static_cast<std::uint8_t>((in.done[i] ? kDone : 0) | (in.truncated[i] ? kTruncated : 0));
@@ -1172,6 +1369,7 @@ private:
     }
 
     mutable std::mutex mu_;
+    const std::uint64_t num_actions_;  // 0: no limit; set by the constructor, never changed (read without the lock)
     State st_;
     std::vector<double> q_;           // scratch for sample(), guarded by mu_
     std::vector<std::size_t> slots_;  // scratch for sample() and update_priorities(), guarded by mu_

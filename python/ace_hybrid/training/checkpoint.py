@@ -133,9 +133,27 @@ def load_checkpoint_file(path: str | Path) -> dict[str, Any]:
     return state
 
 
+def _load_replay(checkpoint: Path, path: Path, run: Run) -> MixedReplayBuffer:
+    """The checkpoint's replay, checked against the run: observations of the run's size, every stored action in its
+    action set (and later adds held to it too)."""
+    obs_dim, n_actions = run.features.dim, len(run.actions)
+    try:
+        return MixedReplayBuffer.load(path, obs_dim=obs_dim, num_actions=n_actions)
+    except ValueError as exc:
+        raise ValueError(f"cannot restore {checkpoint}: its replay does not fit this run (observations of size "
+                         f"{obs_dim}, an action set of {n_actions} actions) or is damaged: {exc}") from None
+
+
 def restore(run_dir: Path, total_env_steps: int | None = None) -> Run:
     """Rebuild a :class:`Run` from ``run_dir/checkpoint.pt`` with its saved configuration (``total_env_steps`` may
-    change the budget)."""
+    change the budget).
+
+    Raises
+    ------
+    ValueError
+        Naming the checkpoint, when its replay file is damaged or does not fit the run: observations of another
+        size than the run's, or an action outside the run's action set (the message names both sides).
+    """
     state = load_checkpoint_file(run_dir / "checkpoint.pt")
     saved = config_from_dict(state["config"])
     if total_env_steps is not None:
@@ -152,7 +170,7 @@ def restore(run_dir: Path, total_env_steps: int | None = None) -> Run:
     run.time_split.update(state["time_split"])
     if run.llm is not None and state.get("llm") is not None:
         run.llm.load_state_dict(state["llm"])
-    run.replay = MixedReplayBuffer.load(run_dir / state["replay_file"])
+    run.replay = _load_replay(run_dir / "checkpoint.pt", run_dir / state["replay_file"], run)
     run.replay_files["checkpoint.pt"] = state["replay_file"]
     if (run_dir / "best.pt").exists():
         run.replay_files["best.pt"] = load_checkpoint_file(run_dir / "best.pt")["replay_file"]
