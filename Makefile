@@ -12,15 +12,23 @@ CPP_BUILD := build/cpp-tests
 PYTEST_ARGS ?=
 SAN_BUILD := build/sanitize
 # The tests that drive the compiled core (the rest is Python over it).
-SAN_TESTS := tests/test_replay_sampling.py tests/test_replay_storage.py tests/test_replay_io.py \
+SAN_TESTS := tests/test_replay_sampling.py tests/test_replay_storage.py tests/test_replay_io.py tests/test_replay_file_limits.py \
   tests/test_replay_threads.py tests/test_replay_args.py tests/test_sampling.py tests/test_sampling_bad_input.py \
   tests/test_topology.py tests/test_topology_bad_input.py tests/test_masking.py tests/test_catalog.py
 
-.PHONY: help venv install run test test-cpp test-py docs dev stubs bench sanitize wheel clean
+# Generated weeks (make data): chronix2grid needs numpy < 2, so it runs in an environment of its own.
+DATA_VENV ?= .venv-data
+DATA_ENV ?= l2rpn_idf_2023
+DATA_WEEKS ?= 28
+DATA_SEED ?= 0
+DATA_SET = $(DATA_ENV)-weeks-s$(DATA_SEED)
+
+.PHONY: help venv install run test test-cpp test-py docs dev stubs bench sanitize wheel clean data data-env
 
 help:
 	@echo "make run       set up $(VENV), install the package, run experiments/make_run.toml into runs/make_run"
 	@echo "make test      set up $(VENV), build and install the package, run C++ and Python tests, build the docs"
+	@echo "make data      generate, check and split $(DATA_WEEKS) weeks of $(DATA_ENV) into data/$(DATA_SET) (hours: see docs/data.md)"
 	@echo "make docs      build the documentation site into build/site (mkdocs, warnings are errors)"
 	@echo "make bench     run the benchmarks and the peer comparison (installs torch==2.13.0 and peers)"
 	@echo "make sanitize  build with ASan+UBSan and run the C++ and Python tests under them"
@@ -48,7 +56,22 @@ install: venv
 run: install
 	OMP_WAIT_POLICY=PASSIVE $(VENV)/bin/ace-hybrid experiment --config experiments/make_run.toml --out runs/make_run --jobs 2
 
-test: install test-cpp test-py docs
+# The generation environment: chronix2grid with numpy < 2, beside (never inside) the main install.
+$(DATA_VENV)/.deps: tools/requirements-data.txt
+	test -x $(DATA_VENV)/bin/python || $(PYTHON) -m venv $(DATA_VENV)
+	$(DATA_VENV)/bin/python -m pip install -q --upgrade pip
+	$(DATA_VENV)/bin/python -m pip install -q -r tools/requirements-data.txt
+	touch $@
+
+data-env: $(DATA_VENV)/.deps
+
+# Weeks 0..DATA_WEEKS-1 (16 training, 4 validation, 8 test for 28), then their checks and splits. Rerunning continues.
+data: install data-env
+	$(VENV)/bin/ace-hybrid data generate --env $(DATA_ENV) --weeks $(DATA_WEEKS) --seed $(DATA_SEED) --jobs 2 \
+	  --python $(DATA_VENV)/bin/python
+	OMP_WAIT_POLICY=PASSIVE $(VENV)/bin/ace-hybrid data check $(DATA_SET) --jobs 2
+
+test: install data-env test-cpp test-py docs
 
 test-cpp: venv
 	$(VENV)/bin/cmake -S . -B $(CPP_BUILD) -G Ninja -DACE_HYBRID_CPP_TESTS=ON -DACE_HYBRID_CPP_ONLY=ON -DCMAKE_BUILD_TYPE=Debug

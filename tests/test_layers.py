@@ -23,7 +23,7 @@ LAYERS = {
     "config": 0, "files": 0, "known_warnings": 0, "_core": 0,
     "replay": 1, "sampling": 1, "masking": 1, "topology": 1, "processes": 1,
     "sac": 2, "grid": 2,
-    "llm": 3,
+    "llm": 3, "data": 3,
     "training": 4,
     "agents": 5,
     "experiment": 6,

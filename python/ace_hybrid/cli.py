@@ -27,7 +27,8 @@ _CHECKOUT = _PACKAGE.parents[1] if (_PACKAGE.parents[1] / "pyproject.toml").is_f
 SHIPPED_KINDS: dict[str, str] = {"configs": "training configuration", "experiments": "experiment file"}
 """The folders of shipped TOML files (``configs/``, ``experiments/``) and what each holds."""
 
-COMMAND_EXTRAS: dict[str, str] = {"train": "train", "evaluate": "grid", "experiment": "train", "report": "report"}
+COMMAND_EXTRAS: dict[str, str] = {"train": "train", "evaluate": "grid", "experiment": "train", "report": "report",
+                                  "data": "grid"}
 """The extra of pyproject.toml each command needs (``evaluate`` with a checkpoint agent also needs ``train``)."""
 
 
@@ -206,7 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in (_add_evaluate, _add_train, _add_experiment, _add_report):
+    for add in (_add_evaluate, _add_train, _add_experiment, _add_report, _add_data):
         add(sub)
     return parser
 
@@ -218,7 +219,9 @@ def _add_evaluate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         description="Run an agent on fixed (scenario, seed) pairs of a Grid2Op environment. Writes evaluation.json "
         "and evaluation.md into --out and prints the markdown table.",
     )
-    ev.add_argument("--env", required=True, help="environment name, e.g. l2rpn_neurips_2020_track1")
+    ev.add_argument("--env", required=True,
+                    help="environment name (e.g. l2rpn_neurips_2020_track1), environment folder (a full dataset) or "
+                    "generated set (its name under $ACE_HYBRID_DATA or ./data, or its path; scenario ids are weeks)")
     ev.add_argument("--agent", required=True,
                     help="do-nothing | reco | greedy | lac (the LLM-only LAC agent, embedded model) | checkpoint:PATH "
                     "(a trained agent's checkpoint) | maskable-ppo:RUN_DIR (an experiment's trained MaskablePPO run)")
@@ -311,6 +314,74 @@ def _add_report(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     rp.add_argument("dir", type=Path, help="the experiment's output folder (ace-hybrid experiment --out)")
 
 
+def _add_data(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    da = sub.add_parser(
+        "data",
+        help="generate weeks of an environment (chronix2grid), check them and split them by week",
+        description="Weeks of time series beyond grid2op's offline copies. `generate` writes weeks 0..N-1 into a "
+        "writable set folder ($ACE_HYBRID_DATA or ./data, then --name), one worker process per week in the "
+        "generation environment (make data-env), resumably; `check` checks every week against the offline copy "
+        "and writes checks.json and splits.json (training, validation, test weeks); `show` prints them. A set is "
+        "used by name or path: ace-hybrid evaluate --env NAME, or env.data = NAME in a configuration.",
+    )
+    verbs = da.add_subparsers(dest="verb", required=True, metavar="VERB")
+    gen = verbs.add_parser("generate", help="make (or complete) a set of N weeks; prints where it is and the time")
+    gen.add_argument("--env", default="l2rpn_idf_2023", help="environment with generation parameters "
+                     "(default l2rpn_idf_2023)")
+    gen.add_argument("--weeks", type=positive_int, required=True, metavar="N", help="weeks 0..N-1 (at most 999)")
+    gen.add_argument("--seed", type=int, required=True, help="the set's seed: week k is a function of (seed, k)")
+    gen.add_argument("--name", default=None, help="the set's folder name (default <env>-weeks-s<seed>)")
+    gen.add_argument("--root", type=Path, default=None, help="where sets live (default $ACE_HYBRID_DATA or ./data)")
+    gen.add_argument("--jobs", type=positive_int, default=1, metavar="N", help="weeks at once, one core each")
+    gen.add_argument("--python", default=None, help="the generation environment's python (default: "
+                     "$ACE_HYBRID_DATA_PYTHON, else .venv-data/bin/python)")
+    gen.add_argument("--without-loss", action="store_true",
+                     help="skip chronix2grid's AC loss correction (about 1.5x faster, rougher; a set is one or the other)")
+    gen.add_argument("--steps", type=positive_int, default=None, metavar="N",
+                     help="weeks of N five-minute steps instead of 2,016 (short sets for trials)")
+    gen.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    chk = verbs.add_parser("check", help="check every week of a set and write checks.json and splits.json")
+    chk.add_argument("set", help="the set's name (under $ACE_HYBRID_DATA or ./data) or path")
+    chk.add_argument("--jobs", type=positive_int, default=1, metavar="N", help="weeks checked at once")
+    chk.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    show = verbs.add_parser("show", help="print a set's checks and splits")
+    show.add_argument("set", help="the set's name or path")
+
+
+def cmd_data(args: argparse.Namespace) -> int:
+    import json
+
+    from ace_hybrid.data.sets import find_set
+
+    if args.verb == "generate":
+        from ace_hybrid.data.generate import generate_weeks
+
+        done = generate_weeks(args.env, args.weeks, args.seed, name=args.name, root=args.root, jobs=args.jobs,
+                              python=args.python, with_loss=not args.without_loss, steps=args.steps,
+                              progress=not args.no_progress)
+        print(f"{done['path']}: {len(done['generated'])} week(s) generated, {len(done['reused'])} already there, "
+              f"{len(done['failed'])} failed, in {done['seconds']:.0f} s")
+        if done["failed"]:
+            print(f"failed (kept in failed.json, left out of the splits): {', '.join(done['failed'])}")
+        print(f"next: ace-hybrid data check {done['path']} --jobs {args.jobs}")
+        return 0
+    dataset = find_set(args.set)
+    if dataset is None:
+        raise FileNotFoundError(f"no generated set {args.set!r}: not a set folder, nor a set's name under the data "
+                                "root ($ACE_HYBRID_DATA or ./data); make one with ace-hybrid data generate")
+    from ace_hybrid.data.checks import check_set, checks_markdown
+
+    if args.verb == "check":
+        checks = check_set(dataset, jobs=args.jobs, progress=not args.no_progress)
+    else:
+        path = dataset.path / "checks.json"
+        if not path.is_file():
+            raise FileNotFoundError(f"{dataset.path} has no checks.json yet: ace-hybrid data check {args.set}")
+        checks = json.loads(path.read_text())
+    print(checks_markdown(checks, json.loads((dataset.path / "splits.json").read_text())))
+    return 0
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     import shlex
     import time
@@ -389,7 +460,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.score:
         from ace_hybrid.grid.scores import score_report
 
-        score_report(report, build, max_steps=args.max_steps)
+        score_report(report, build, max_steps=args.max_steps, env_source=args.env)
     json_path, md_path = report.save(args.out)
     print(report.to_markdown())
     print(f"\nwritten: {json_path} and {md_path}")
@@ -433,7 +504,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
     try:
-        commands = {"evaluate": cmd_evaluate, "train": cmd_train, "experiment": cmd_experiment, "report": cmd_report}
+        commands = {"evaluate": cmd_evaluate, "train": cmd_train, "experiment": cmd_experiment, "report": cmd_report,
+                    "data": cmd_data}
         return commands[args.command](args)
     except (ValueError, IndexError, FileNotFoundError, FileExistsError) as exc:
         print(f"ace-hybrid {args.command}: error: {exc}", file=sys.stderr)

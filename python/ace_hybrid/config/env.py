@@ -25,6 +25,12 @@ class EnvConfig:
 
     name: str = "l2rpn_neurips_2020_track1"
     """Grid2Op environment (see ``ace_hybrid.grid.env.SUPPORTED_ENVS``)."""
+    data: str = ""
+    """Where the episodes' time series come from: "" for grid2op's copy of ``name`` (the full dataset where the user
+    has it, else the offline copy), or a generated set's name under $ACE_HYBRID_DATA (default ./data) or the path of
+    an environment folder of ``name`` (a generated set, a full dataset downloaded elsewhere). In a generated set
+    scenario ids are week numbers (``ace-hybrid data generate``; its splits.json says which weeks are for training,
+    validation and test)."""
     env_seed: int = 0
     """Seed of the environment's own generators."""
     threshold: float = 0.9

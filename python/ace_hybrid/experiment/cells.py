@@ -186,7 +186,7 @@ def run_cell(spec: ExperimentSpec, row: RowSpec, seed: int | None, cfg: Config, 
     if spec.score:
         from ace_hybrid.grid.scores import score_report
 
-        score_report(report, build, max_steps=spec.test_max_steps or None)
+        score_report(report, build, max_steps=spec.test_max_steps or None, env_source=cfg.env.data or None)
     test = report.to_dict()
     if not row.trains and hasattr(agent, "llm_calls"):
         # The LLM-only agent asks the model at test time; kept apart from the table's training refinements.

@@ -234,15 +234,14 @@ def _finished_trainings(out: Path) -> dict[tuple[str, str], dict[str, Any]]:
 
 def _test_env(spec: ExperimentSpec, cfg: Config) -> Any:
     """The environment the test (or validation) episodes are played on; checks their scenarios exist."""
-    from ace_hybrid.grid.env import make_config_env, n_scenarios
+    from ace_hybrid.grid.env import check_scenarios, make_config_env
 
     env = make_config_env(cfg)
-    count = n_scenarios(env)
-    for scenario, seed in spec.pairs:
-        if not 0 <= scenario < count:
-            env.close()
-            raise IndexError(f"{spec.on} pair [{scenario}, {seed}]: scenario {scenario} out of range [0, {count}) "
-                             f"for {cfg.env.name}")
+    try:
+        check_scenarios(env, [scenario for scenario, _ in spec.pairs], f"{spec.on} pairs")
+    except IndexError:
+        env.close()
+        raise
     return env
 
 

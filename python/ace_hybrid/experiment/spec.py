@@ -610,8 +610,19 @@ def _file_row(raw: dict[str, Any], where: str, file_budgets: list[int]) -> list[
 
 
 def _check_held_out(spec: ExperimentSpec, row: RowSpec, cfg: Config) -> None:
-    """Test and validation pairs must be neither checkpoint-selection pairs nor (possibly) training episodes."""
+    """Test and validation pairs must be neither checkpoint-selection pairs nor (possibly) training episodes; on a
+    generated set, each takes weeks of its own split (test pairs test weeks; validation and checkpoint-selection
+    pairs validation weeks; training episodes training weeks)."""
     selection = [(int(s), int(k)) for s, k in cfg.env.eval_pairs]
+    if cfg.env.data:
+        from ace_hybrid.data.splits import check_split_use
+
+        check_split_use(cfg.env.data, [
+            ("test_pairs", "test", [s for s, _ in spec.test_pairs]),
+            ("validation_pairs", "validation", [s for s, _ in spec.validation_pairs]),
+            (f"env.eval_pairs of row {row.name!r}", "validation", [s for s, _ in selection]),
+            *([(f"env.train_scenarios of row {row.name!r}", "train", list(cfg.env.train_scenarios))]
+              if row.trains else [])])
     for noun, pairs in (("test pair", spec.test_pairs), ("validation pair", spec.validation_pairs)):
         _check_disjoint(noun, pairs, "env.eval_pairs", selection, f"row {row.name!r}: they choose best.pt")
         if row.trains:

@@ -1,15 +1,22 @@
 """Grid2Op environments with lightsim2grid's backend, addressed reproducibly by (scenario id, seed).
 
-The full L2RPN datasets are used when the user has them in grid2op's data directory; otherwise the small offline
-copies that grid2op ships (``test=True``) are used, and the log says which.
+An environment is named three ways: a supported name (the full L2RPN dataset when the user has it in grid2op's
+data directory, else the small offline copy grid2op ships, ``test=True``; the log says which), the path of an
+environment folder (a full dataset downloaded anywhere, a generated set), or the name of a generated set under the
+data root (``$ACE_HYBRID_DATA``, else ``./data``; ``ace-hybrid data generate`` makes them). In a generated set,
+whose week folders are named ``<k:03d>_<date>``, scenario id k is week k, whatever weeks are missing; elsewhere
+scenario ids are the positions of the scenario folders in sorted order.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import re
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 logger = logging.getLogger(__name__)
@@ -27,18 +34,53 @@ SUPPORTED_ENVS: tuple[str, ...] = (
 Dataset = Literal["auto", "full", "test"]
 
 
+#: A generated set's week folder: ``<week number>_<start date>``.
+WEEK_FOLDER = re.compile(r"(\d{3})_\d{4}-\d{2}-\d{2}")
+#: The file that marks a folder as a generated set (ace_hybrid.data.sets writes it).
+SET_META = "ace_set.json"
+
+
 @dataclass(frozen=True)
 class DatasetChoice:
     """Which copy of an environment's data is used."""
 
     name: str
     test: bool
-    """True for grid2op's small offline copy, False for the full dataset."""
+    """True for grid2op's small offline copy, False for the full dataset or a folder."""
     path: str | None
-    """Folder of the full dataset, None for the offline copy."""
+    """Folder of the full dataset or the folder named, None for the offline copy."""
+    generated: bool = False
+    """True for a generated set (``ace-hybrid data generate``)."""
 
     def describe(self) -> str:
-        return f"{self.name}: {'offline test copy shipped with grid2op' if self.test else f'full dataset at {self.path}'}"
+        if self.test:
+            return f"{self.name}: offline test copy shipped with grid2op"
+        return f"{self.name}: {'generated set' if self.generated else 'full dataset'} at {self.path}"
+
+
+def data_root() -> Path:
+    """Where generated sets are made and found by name: ``$ACE_HYBRID_DATA``, else ``./data``."""
+    return Path(os.environ.get("ACE_HYBRID_DATA") or "data")
+
+
+def env_folder(name: str | os.PathLike[str]) -> Path | None:
+    """The environment folder ``name`` names: a path to one (it holds ``config.py``), or a generated set's name
+    under :func:`data_root`; None when it names neither (then it may be a supported environment's name)."""
+    for candidate in (Path(name), data_root() / str(name)):
+        if (candidate / "config.py").is_file() and (candidate / "chronics").is_dir():
+            return candidate
+    return None
+
+
+def _folder_choice(folder: Path) -> DatasetChoice:
+    if not any(p.is_dir() for p in (folder / "chronics").iterdir()):
+        raise ValueError(f"{folder} holds no scenario yet (its chronics/ is empty): for a generated set, "
+                         "ace-hybrid data generate makes its weeks")
+    meta = folder / SET_META
+    if meta.is_file():
+        with open(meta, encoding="utf-8") as f:
+            return DatasetChoice(str(json.load(f)["env"]), test=False, path=str(folder), generated=True)
+    return DatasetChoice(folder.name, test=False, path=str(folder))
 
 
 def _import_grid2op() -> Any:
@@ -62,13 +104,19 @@ def available_envs() -> list[str]:
 def choose_dataset(name: str, dataset: Dataset = "auto") -> DatasetChoice:
     """Decide between the full dataset and the offline copy for ``name``.
 
+    ``name`` may also be an environment folder or a generated set (:func:`env_folder`), used as it is.
     Raises ``ValueError`` naming the valid choices for an unknown environment or an unavailable dataset.
     """
     if dataset not in ("auto", "full", "test"):
         raise ValueError(f"dataset={dataset!r} is not one of 'auto', 'full', 'test'")
     grid2op = _import_grid2op()
     if name not in SUPPORTED_ENVS:
-        raise ValueError(f"unknown environment {name!r}; available here: {', '.join(available_envs())}")
+        folder = env_folder(name)
+        if folder is not None and dataset != "test":
+            return _folder_choice(folder)
+        raise ValueError(f"unknown environment {name!r}: not a supported name (available here: "
+                         f"{', '.join(available_envs())}), an environment folder, nor a generated set under "
+                         f"{data_root()}")
     full_path = os.path.join(grid2op.get_current_local_dir(), name)
     has_full = name in set(grid2op.list_available_local_env()) and os.path.isdir(full_path)
     has_test = name in set(grid2op.list_available_test_env())
@@ -95,7 +143,8 @@ def make_env(
     Parameters
     ----------
     name
-        One of :data:`SUPPORTED_ENVS`.
+        One of :data:`SUPPORTED_ENVS`, the path of an environment folder (a full dataset, a generated set) or a
+        generated set's name under :func:`data_root` (:func:`choose_dataset`).
     seed
         Seed of the environment's generators (opponent, maintenance, ...); episodes also take their own seed in
         :func:`reset_episode`.
@@ -130,8 +179,9 @@ def make_env(
     env.seed(int(seed))
     logger.info("environment %s", choice.describe())
     env.ace_dataset = choice  # which copy is in use travels with the env
+    env.ace_scenarios = _scenario_names(env, weeks=choice.generated)
     if start_spread:  # an episode must have a step to play
-        shortest = min(_scenario_length(env, s) for s in range(n_scenarios(env)))
+        shortest = min(_scenario_length(env, s) for s in scenario_ids(env))
         if not 0 < start_spread < shortest:
             env.close()
             raise ValueError(f"start_spread = {start_spread} out of range [0, {shortest}) for {name} (its shortest "
@@ -142,9 +192,65 @@ def make_env(
 
 
 def make_config_env(cfg: Any) -> Any:
-    """The environment of a run's configuration (a :class:`~ace_hybrid.config.Config`): its grid, generator seed and
-    episode starts."""
-    return make_env(cfg.env.name, seed=cfg.env.env_seed, start_spread=cfg.env.start_spread)
+    """The environment of a run's configuration (a :class:`~ace_hybrid.config.Config`): its grid (``env.data``'s
+    folder or generated set when given, which must be of ``env.name``), generator seed and episode starts."""
+    if not cfg.env.data:
+        return make_env(cfg.env.name, seed=cfg.env.env_seed, start_spread=cfg.env.start_spread)
+    choice = choose_dataset(cfg.env.data)
+    if choice.name != cfg.env.name:
+        raise ValueError(f"env.data = {cfg.env.data!r} holds {choice.name!r} data but env.name = {cfg.env.name!r}")
+    return make_env(cfg.env.data, seed=cfg.env.env_seed, start_spread=cfg.env.start_spread)
+
+
+def _scenario_names(env: Any, weeks: bool = False) -> dict[int, str]:
+    """Scenario id -> the folder name grid2op knows it by: week numbers in a generated set (``weeks``), positions
+    elsewhere."""
+    names = sorted(os.path.basename(str(p)) for p in env.chronics_handler.real_data.available_chronics())
+    if not weeks:
+        return dict(enumerate(names))
+    numbered = {}
+    for name in names:
+        match = WEEK_FOLDER.fullmatch(name)
+        if match is None:
+            raise ValueError(f"{name!r} in a generated set's chronics/ is not a week folder (<k:03d>_<YYYY-MM-DD>)")
+        numbered[int(match.group(1))] = name
+    return numbered
+
+
+def scenario_ids(env: Any) -> list[int]:
+    """The scenario ids ``env`` holds, sorted (0..n-1, except in a generated set with missing weeks)."""
+    names = getattr(env, "ace_scenarios", None)
+    return sorted(names) if names is not None else list(range(n_scenarios(env)))
+
+
+def scenario_name(env: Any, scenario: int) -> str:
+    """The folder of scenario ``scenario``; ``IndexError`` naming the ids the environment holds."""
+    names = getattr(env, "ace_scenarios", None) or _scenario_names(env)
+    if scenario not in names:
+        ids = sorted(names)
+        choice = getattr(env, "ace_dataset", None)
+        where = choice.path if choice is not None and choice.path else env.env_name
+        if ids == list(range(len(ids))):
+            raise IndexError(f"scenario {scenario} out of range [0, {len(ids)}) for {where}")
+        raise IndexError(f"scenario {scenario} out of range: {where} holds scenarios {{{', '.join(map(str, ids))}}}")
+    return names[scenario]
+
+
+def _grid2op_id(env: Any, scenario: int) -> int | str:
+    """What grid2op's ``set_id`` / "time serie id" takes for ``scenario``: the week's folder name in a generated set
+    (ids there are week numbers), the position elsewhere (as every earlier table was played)."""
+    name = scenario_name(env, scenario)
+    choice = getattr(env, "ace_dataset", None)
+    return name if choice is not None and choice.generated else int(scenario)
+
+
+def check_scenarios(env: Any, scenarios: Any, what: str) -> None:
+    """Raise ``IndexError`` naming ``what`` (e.g. "env.train_scenarios") for a scenario ``env`` does not hold."""
+    for s in scenarios:
+        try:
+            scenario_name(env, int(s))
+        except IndexError as exc:
+            raise IndexError(f"{what}: {exc}") from None
 
 
 def n_scenarios(env: Any) -> int:
@@ -153,7 +259,7 @@ def n_scenarios(env: Any) -> int:
 
 
 def _scenario_length(env: Any, scenario: int) -> int:
-    env.set_id(int(scenario))  # the next reset's; max_episode_duration reads the scenario loaded
+    env.set_id(_grid2op_id(env, scenario))  # the next reset's; max_episode_duration reads the scenario loaded
     env.reset()
     return int(env.max_episode_duration())
 
@@ -183,13 +289,11 @@ def reset_episode(env: Any, scenario: int, seed: int) -> Any:
     Seeds change opponents and maintenance, hence results: an episode is the pair (scenario, seed). With a
     ``start_spread`` the seed also chooses the step the episode starts at (:func:`episode_start`).
     """
-    count = n_scenarios(env)
-    if not 0 <= scenario < count:
-        raise IndexError(f"scenario {scenario} out of range [0, {count}) for {env.env_name}")
+    which = _grid2op_id(env, int(scenario))
     if seed < 0:
         raise ValueError(f"seed {seed} must be >= 0")
     start = episode_start(env, seed)
-    options: dict[str, int] = {"time serie id": int(scenario)}
+    options: dict[str, Any] = {"time serie id": which}
     if start:  # grid2op takes "init ts" >= 1 only
         options["init ts"] = start
     env.ace_episode_start = start

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 
 from ace_hybrid.config import Config, RewardConfig, parse_action_set
 from ace_hybrid.grid.action_set import ActionSet, action_set_indices
-from ace_hybrid.grid.env import make_env, n_scenarios, reset_episode
+from ace_hybrid.grid.env import check_scenarios, make_env, reset_episode, scenario_ids
 from ace_hybrid.grid.features import ObservationFeatures
 from ace_hybrid.grid.reward import step_reward
 from ace_hybrid.grid.rules import SafeRule, in_danger
@@ -48,7 +48,7 @@ class GridGymEnv(gym.Env):
     Parameters
     ----------
     env_name
-        A supported Grid2Op environment name.
+        A supported Grid2Op environment name, an environment folder or a generated set (:func:`make_env`).
     env_seed
         Seed of the Grid2Op environment's own generators.
     scenarios
@@ -108,11 +108,8 @@ class GridGymEnv(gym.Env):
         self.features = ObservationFeatures(self.grid)
         self.safe_rule = SafeRule(self.grid.action_space, threshold=threshold)
         self.threshold = float(threshold)
-        count = n_scenarios(self.grid)
-        self.scenarios = list(range(count)) if scenarios is None else list(scenarios)
-        for s in self.scenarios:
-            if not 0 <= s < count:
-                raise IndexError(f"scenario {s} out of range [0, {count})")
+        self.scenarios = scenario_ids(self.grid) if scenarios is None else list(scenarios)
+        check_scenarios(self.grid, self.scenarios, "scenarios")
         self.max_steps = max_steps
         self.seed_start = seed_start
         self.observation_space = gym.spaces.Box(-FEATURE_BOUND, FEATURE_BOUND, shape=(self.features.dim,),
@@ -130,7 +127,7 @@ class GridGymEnv(gym.Env):
         set is selected on the training scenarios, cached), training episodes in order (``env.train_scenarios``,
         seeds from ``env.train_seed_start``, starts spread by ``env.start_spread``), threshold, episode cap
         (``env.max_episode_steps``, 0 for none) and reward."""
-        env = cls(cfg.env.name, env_seed=cfg.env.env_seed, scenarios=list(cfg.env.train_scenarios),
+        env = cls(cfg.env.data or cfg.env.name, env_seed=cfg.env.env_seed, scenarios=list(cfg.env.train_scenarios),
                   threshold=cfg.env.threshold, max_steps=cfg.env.max_episode_steps or None, reward=cfg.reward,
                   seed_start=cfg.env.train_seed_start, start_spread=cfg.env.start_spread)
         if parse_action_set(cfg.env.action_set) is not None:  # the selection plays the grid: before any episode

@@ -59,10 +59,9 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 def _chronic_of(env: Any, scenario: int) -> Path:
-    chronics = sorted(env.chronics_handler.real_data.available_chronics())
-    if not 0 <= scenario < len(chronics):
-        raise IndexError(f"scenario {scenario} out of range [0, {len(chronics)})")
-    return Path(chronics[scenario])
+    from ace_hybrid.grid.env import scenario_name
+
+    return Path(env.chronics_handler.real_data.path) / scenario_name(env, scenario)
 
 
 def copy_path(env: Any, scenario: int, seed: int, start: int = 0) -> Path:
@@ -146,6 +145,7 @@ def score_report(
     *,
     max_steps: int | None = None,
     env_name: str | None = None,
+    env_source: str | None = None,
 ) -> None:
     """Fill ``score`` and ``score_steps_survived`` of every episode of ``report`` (in place) with the environment's
     L2RPN score and the steps its replay survived.
@@ -153,7 +153,8 @@ def score_report(
     ``agent_factory(env)`` builds a fresh agent for the scored environment copy ``env``. The score replays the
     episode with grid2op's runner (environment and agent seeded with the episode's seed); ``score_steps_survived``
     equal to ``steps_survived`` says the replay played the test episode again. Environments without a grid2op score
-    class get ``score_note`` saying so.
+    class get ``score_note`` saying so. ``env_source`` is the folder or generated set the episodes were played on
+    (:func:`~ace_hybrid.grid.env.make_env`'s name; default: the environment ``env_name`` names).
     """
     import grid2op
     import grid2op.utils as scores
@@ -166,7 +167,7 @@ def score_report(
         report.score_note = f"grid2op has no score class for {name}"
         return
     score_cls = getattr(scores, SCORE_CLASSES[name])
-    reference = make_env(name, seed=0)
+    reference = make_env(env_source or name, seed=0)
     for episode in report.episodes:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -20,7 +20,7 @@ import torch
 from ace_hybrid.config import Config
 from ace_hybrid.grid.action_set import ActionSet, action_set_indices
 from ace_hybrid.grid.catalog import ActionCatalog
-from ace_hybrid.grid.env import make_config_env, n_scenarios
+from ace_hybrid.grid.env import check_scenarios, make_config_env
 from ace_hybrid.grid.features import MaskFromFeatures, ObservationFeatures, RunningNormalizer
 from ace_hybrid.grid.reward import step_reward
 from ace_hybrid.replay import MixedReplayBuffer
@@ -127,11 +127,8 @@ class Run:
         torch.manual_seed(cfg.train.seed)
         self.env = make_config_env(cfg)
         self.eval_env = make_config_env(cfg)
-        count = n_scenarios(self.env)
-        for s in [*cfg.env.train_scenarios, *(p[0] for p in cfg.env.eval_pairs)]:
-            if not 0 <= s < count:
-                raise IndexError(f"scenario {s} (env.train_scenarios / env.eval_pairs) out of range [0, {count}) "
-                                 f"for {cfg.env.name}")
+        check_scenarios(self.env, [*cfg.env.train_scenarios, *(p[0] for p in cfg.env.eval_pairs)],
+                        "env.train_scenarios / env.eval_pairs")
         self.catalog = ActionCatalog.for_env(self.env)
         if action_indices is None:
             action_indices = action_set_indices(cfg, self.env, self.catalog)
@@ -142,7 +139,7 @@ class Run:
         self.masks = MaskFromFeatures(self.features, self.actions)
         r = cfg.replay
         self.replay = MixedReplayBuffer(self.features.dim, r.rl_capacity, r.validated_capacity, alpha=r.alpha,
-                                        beta=r.beta, tau=r.tau, seed=cfg.train.seed)
+                                        beta=r.beta, tau=r.tau, seed=cfg.train.seed, num_actions=len(self.actions))
         self.counters = Counters(next_eval=cfg.train.eval_every or cfg.train.total_env_steps,
                                  next_checkpoint=cfg.train.checkpoint_every)
         self.time_split = {"env": 0.0, "reset": 0.0, "update": 0.0, "eval": 0.0, "llm": 0.0, "tutor": 0.0}

@@ -1,0 +1,85 @@
+"""Training, validation and test weeks of a generated set, by week number: held out by week, never by seed alone.
+
+Week k goes to the split :data:`PATTERN` gives its residue k mod 7: 4 of every 7 weeks train, 1 validates, 2 test
+(28 weeks: 16 / 4 / 8). The split of a week never depends on the checks or on how many weeks the set has, so a test
+week stays a test week when the set grows; weeks are spread over the year (:mod:`ace_hybrid.data.weeks`), and so is
+every residue class. A week that failed its checks (or could not be generated) is left out of its split, with the
+reason, never moved to another. Experiments read ``splits.json``: test weeks are never trained on nor used for a
+choice (checkpoint selection and every configuration choice use validation weeks), as the L2RPN competitions kept
+their test scenarios hidden.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ace_hybrid.data.sets import GeneratedSet
+from ace_hybrid.files import atomic_write_json
+
+__all__ = ["PATTERN", "SPLITS", "check_split_use", "read_splits", "split_of", "write_splits"]
+
+#: The split of week k is PATTERN[k % 7].
+PATTERN = ("train", "train", "test", "train", "train", "test", "validation")
+SPLITS = ("train", "validation", "test")
+
+
+def split_of(week: int) -> str:
+    """The split week number ``week`` belongs to (before its checks)."""
+    if week < 0:
+        raise ValueError(f"week = {week} must be >= 0")
+    return PATTERN[week % len(PATTERN)]
+
+
+def write_splits(dataset: GeneratedSet, checks: dict[str, Any]) -> dict[str, Any]:
+    """Write ``splits.json`` from the checks: each split's usable weeks, and every left-out week with its reason."""
+    flagged: dict[str, str] = {}
+    splits: dict[str, list[int]] = {s: [] for s in SPLITS}
+    for k, name in sorted(dataset.weeks().items()):
+        record = checks["weeks"].get(name)
+        if record is None:
+            flagged[str(k)] = "not checked yet (ace-hybrid data check)"
+        elif record["problems"]:
+            flagged[str(k)] = "; ".join(record["problems"])
+        else:
+            splits[split_of(k)].append(k)
+    for name, error in dataset.failed().items():
+        flagged[str(int(name.split("_", 1)[0]))] = f"not generated: {error}"
+    out = {"rule": "week k is in PATTERN[k % 7]; a flagged week is left out of its split", "pattern": list(PATTERN),
+           **splits, "flagged": dict(sorted(flagged.items(), key=lambda kv: int(kv[0])))}
+    atomic_write_json(dataset.path / "splits.json", out)
+    return out
+
+
+def read_splits(dataset: GeneratedSet) -> dict[str, Any]:
+    """The set's ``splits.json``; ``FileNotFoundError`` saying how to make it."""
+    import json
+
+    path = dataset.path / "splits.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{dataset.path} has no splits.json: run ace-hybrid data check {dataset.path}")
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def check_split_use(data: str, uses: list[tuple[str, str, list[int]]]) -> None:
+    """Check that each use of the set ``data`` takes only weeks of its split.
+
+    ``uses`` holds (what, split, scenario ids), e.g. ("test_pairs", "test", [...]), ("env.train_scenarios",
+    "train", [...]). Raises ``ValueError`` naming the use, the week and the split it is in (or why it was left out);
+    ``FileNotFoundError`` when ``data`` is not a generated set or has not been checked. Folders that are not
+    generated sets (a full dataset) have no splits and are not checked here.
+    """
+    from ace_hybrid.data.sets import find_set
+
+    dataset = find_set(data)
+    if dataset is None:
+        return
+    splits = read_splits(dataset)
+    where = {k: s for s in SPLITS for k in splits[s]}
+    for what, split, scenarios in uses:
+        for k in scenarios:
+            actual = where.get(int(k))
+            if actual != split:
+                why = (f"a {actual} week" if actual else
+                       f"left out of the splits ({splits['flagged'].get(str(k), 'not in the set')})")
+                raise ValueError(f"{what}: week {k} of {data} is not a {split} week: it is {why}")
