@@ -19,7 +19,7 @@ SAN_TESTS := tests/test_replay_sampling.py tests/test_replay_storage.py tests/te
 # Generated weeks (make data): chronix2grid needs numpy < 2, so it runs in an environment of its own.
 DATA_VENV ?= .venv-data
 DATA_ENV ?= l2rpn_idf_2023
-DATA_WEEKS ?= 28
+DATA_WEEKS ?= 36
 DATA_SEED ?= 0
 DATA_SET = $(DATA_ENV)-weeks-s$(DATA_SEED)
 
@@ -65,7 +65,8 @@ $(DATA_VENV)/.deps: tools/requirements-data.txt
 
 data-env: $(DATA_VENV)/.deps
 
-# Weeks 0..DATA_WEEKS-1 (16 training, 4 validation, 8 test for 28), then their checks and splits. Rerunning continues.
+# Weeks 0..DATA_WEEKS-1, then their checks and splits (36: 16 training, 4 validation, 8 test weeks pass; docs/data.md).
+# Rerunning continues.
 data: install data-env
 	$(VENV)/bin/ace-hybrid data generate --env $(DATA_ENV) --weeks $(DATA_WEEKS) --seed $(DATA_SEED) --jobs 2 \
 	  --python $(DATA_VENV)/bin/python

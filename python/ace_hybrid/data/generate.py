@@ -140,7 +140,10 @@ def generate_weeks(env_name: str, weeks: int, seed: int, *, name: str | None = N
     steps
         Weeks of this many 5-minute steps instead of whole weeks (2,016): short sets for tests and trials.
 
-    Returns the set's path, the weeks generated now, reused and failed, and the seconds it took.
+    Returns
+    -------
+    dict
+        ``path`` (the set's folder), ``generated``, ``reused`` and ``failed`` (week names) and ``seconds``.
     """
     if not 1 <= jobs <= 64:
         raise ValueError(f"jobs = {jobs} out of range [1, 64]")
