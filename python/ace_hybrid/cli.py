@@ -28,7 +28,7 @@ SHIPPED_KINDS: dict[str, str] = {"configs": "training configuration", "experimen
 """The folders of shipped TOML files (``configs/``, ``experiments/``) and what each holds."""
 
 COMMAND_EXTRAS: dict[str, str] = {"train": "train", "evaluate": "grid", "experiment": "train", "report": "report",
-                                  "data": "grid"}
+                                  "data": "grid", "junior": "train"}
 """The extra of pyproject.toml each command needs (``evaluate`` with a checkpoint agent also needs ``train``)."""
 
 
@@ -207,7 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in (_add_evaluate, _add_train, _add_experiment, _add_report, _add_data):
+    for add in (_add_evaluate, _add_train, _add_experiment, _add_report, _add_data, _add_junior):
         add(sub)
     return parser
 
@@ -346,6 +346,63 @@ def _add_data(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     chk.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     show = verbs.add_parser("show", help="print a set's checks and splits")
     show.add_argument("set", help="the set's name or path")
+
+
+def _add_junior(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    ju = sub.add_parser(
+        "junior",
+        help="collect the tutor's decisions on training episodes, and behaviour-clone a junior policy on them",
+        description="The tutor's knowledge at scale. `collect` plays a configuration's training episodes with the "
+        "greedy tutor deciding in every danger state and keeps each decision (features, legal actions, the tutor's "
+        "choice, the transition) in a folder, resumably; `fit` trains the run's actor network to imitate them and "
+        "writes a junior file, which `evaluate --agent checkpoint:JUNIOR.pt` plays and `train.init_policy` starts a "
+        "run from.",
+    )
+    verbs = ju.add_subparsers(dest="verb", required=True, metavar="VERB")
+    col = verbs.add_parser("collect", help="play training episodes with the tutor until N decisions are kept")
+    col.add_argument("--config", type=_toml_argument("configs"), default=None, metavar="FILE|NAME",
+                     help="the training configuration whose episodes, action set and tutor are used")
+    col.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                     help="override one field, as for train")
+    col.add_argument("--decisions", type=positive_int, required=True, metavar="N", help="tutor decisions to keep")
+    col.add_argument("--out", type=Path, required=True, help="the collection's folder (rerun to continue)")
+    col.add_argument("--jobs", type=positive_int, default=1, metavar="N", help="episodes at once, one core each")
+    col.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    fit = verbs.add_parser("fit", help="behaviour-clone a junior on a collection's first N decisions")
+    fit.add_argument("--data", type=Path, required=True, help="a collection folder (junior collect --out)")
+    fit.add_argument("--decisions", type=positive_int, default=None, metavar="N",
+                     help="train on the first N decisions (default: all)")
+    fit.add_argument("--validation", type=Path, default=None, metavar="DIR",
+                     help="a collection to measure validation accuracy on (default: every 10th episode of --data)")
+    fit.add_argument("--epochs", type=positive_int, default=30)
+    fit.add_argument("--lr", type=float, default=1e-3)
+    fit.add_argument("--seed", type=int, default=0)
+    fit.add_argument("--out", type=Path, required=True, help="the junior file to write (e.g. junior.pt)")
+    fit.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
+def cmd_junior(args: argparse.Namespace) -> int:
+    if args.verb == "collect":
+        from ace_hybrid.config import load_config
+        from ace_hybrid.training.tutor_decisions import collect_decisions
+
+        cfg = load_config(args.config, args.overrides)
+        done = collect_decisions(cfg, args.out, args.decisions, jobs=args.jobs, progress=not args.no_progress)
+        print(f"{args.out}: {done['decisions']} tutor decisions in {done['episodes']} episodes "
+              f"({done['steps']} steps, {done['blackouts']} blackouts); this session {done['last_session_seconds']} s")
+        print(f"next: ace-hybrid junior fit --data {args.out} --out junior.pt")
+        return 0
+    from ace_hybrid.training.junior import fit_junior, save_junior
+
+    junior = fit_junior(args.data, args.decisions, validation=args.validation, epochs=args.epochs, lr=args.lr,
+                        seed=args.seed, progress=not args.no_progress)
+    save_junior(args.out, junior)
+    f = junior.fit
+    held = (f"{f['validation_accuracy']:.1%} (validation, {f['validation_decisions']} decisions)"
+            if f["validation_decisions"] else "no validation decisions (collect more episodes, or give --validation)")
+    print(f"{args.out}: trained on {f['decisions']} decisions ({f['episodes']} episodes), kept epoch "
+          f"{f['kept_epoch']}: accuracy against the tutor {f['train_accuracy']:.1%} (training), {held}")
+    return 0
 
 
 def cmd_data(args: argparse.Namespace) -> int:
@@ -505,7 +562,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
     try:
         commands = {"evaluate": cmd_evaluate, "train": cmd_train, "experiment": cmd_experiment, "report": cmd_report,
-                    "data": cmd_data}
+                    "data": cmd_data, "junior": cmd_junior}
         return commands[args.command](args)
     except (ValueError, IndexError, FileNotFoundError, FileExistsError) as exc:
         print(f"ace-hybrid {args.command}: error: {exc}", file=sys.stderr)

@@ -38,6 +38,9 @@ class TrainConfig:
     (simulating tutor_budget of the policy's actions) decides instead of the policy; its decisions go to the replay's
     validated partition (I_v = 1, beside the LLM's refinements), where the imitation loss and the critic learn
     from them."""
+    init_policy: str = ""
+    """A junior file (ace-hybrid junior fit): a new run's actor and normaliser start as the policy cloned from the
+    tutor's decisions, over the same action set; its critics start fresh. "" (default): a fresh actor."""
     tutor_budget: int = 30
     """Simulations per decision of the tutor (the do-nothing reference included)."""
     imitation_weight: float = 0.0

@@ -29,7 +29,7 @@ from ace_hybrid.training.ace import REFINEMENTS_LOG, attach_llm
 from ace_hybrid.training.metrics import truncate_jsonl
 from ace_hybrid.training.run import Counters, Run
 
-__all__ = ["CHECKPOINT_FORMAT", "load_checkpoint_file", "restore", "save_checkpoint"]
+__all__ = ["CHECKPOINT_FORMAT", "load_checkpoint_file", "read_torch_file", "restore", "save_checkpoint"]
 
 CHECKPOINT_FORMAT = 1
 
@@ -96,16 +96,16 @@ def _plain(obj: Any) -> Any:
     return obj
 
 
-def load_checkpoint_file(path: str | Path) -> dict[str, Any]:
-    """A checkpoint's contents, or a clear error for a missing, foreign, damaged or unsafe file.
+def read_torch_file(path: str | Path) -> Any:
+    """The contents of a file ``torch.save`` wrote, read with ``weights_only=True``: tensors and plain values only
+    (a crafted pickle is refused before any of it runs).
 
     Raises
     ------
     FileNotFoundError
         No file at ``path``.
     ValueError
-        Naming ``path``: not a readable checkpoint (damaged, or holding objects a checkpoint never holds, which
-        are refused without running them), or not one of ours.
+        Naming ``path``: damaged, or holding objects a checkpoint never holds.
     """
     path = Path(path)
     if not path.is_file():
@@ -123,6 +123,21 @@ def load_checkpoint_file(path: str | Path) -> dict[str, Any]:
                          f"and plain values ({what}); nothing in it was run") from None
     except Exception as exc:  # noqa: BLE001 - torch raises many kinds for a damaged file
         raise ValueError(f"{path} is not a readable checkpoint: {exc}") from None
+    return state
+
+
+def load_checkpoint_file(path: str | Path) -> dict[str, Any]:
+    """A checkpoint's contents, or a clear error for a missing, foreign, damaged or unsafe file.
+
+    Raises
+    ------
+    FileNotFoundError
+        No file at ``path``.
+    ValueError
+        Naming ``path``: not a readable checkpoint (damaged, or holding objects a checkpoint never holds, which
+        are refused without running them), or not one of ours.
+    """
+    state = read_torch_file(path)
     if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
         raise ValueError(f"{path} is not an ace_hybrid checkpoint of format {CHECKPOINT_FORMAT}")
     missing = [k for k in _KEYS if k not in state]

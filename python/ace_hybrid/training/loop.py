@@ -158,6 +158,10 @@ def _open(cfg: Config | None, run_dir: Path, resume: bool, total_env_steps: int 
     _remove_stale_temps(run_dir)
     (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
     run = Run(cfg, run_dir)
+    if cfg.train.init_policy:
+        from ace_hybrid.training.junior import init_from_junior
+
+        init_from_junior(run, cfg.train.init_policy)
     attach_llm(run)
     return run
 

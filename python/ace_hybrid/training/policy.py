@@ -12,8 +12,8 @@ from ace_hybrid.grid.agents import PolicyAgent, deployed_check
 from ace_hybrid.grid.action_set import ActionSet
 from ace_hybrid.grid.catalog import ActionCatalog
 from ace_hybrid.grid.features import ObservationFeatures, RunningNormalizer
-from ace_hybrid.sac import DiscreteSAC
-from ace_hybrid.training.checkpoint import load_checkpoint_file
+from ace_hybrid.sac import DiscreteSAC, SACPolicy
+from ace_hybrid.training.checkpoint import load_checkpoint_file, read_torch_file
 from ace_hybrid.training.run import Run
 
 __all__ = ["SACAgent", "agent_of", "load_agent"]
@@ -25,7 +25,7 @@ class SACAgent(PolicyAgent):
 
     name = "sac"
 
-    def __init__(self, env: Any, sac: DiscreteSAC, actions: ActionSet, features: ObservationFeatures,
+    def __init__(self, env: Any, sac: SACPolicy, actions: ActionSet, features: ObservationFeatures,
                  normalizer: RunningNormalizer, threshold: float, topk: int = 0, shortlist: int = 0) -> None:
         super().__init__(env.action_space, actions, features, normalizer, threshold, topk, policy=sac,
                          shortlist=shortlist)
@@ -46,15 +46,24 @@ def agent_of(run: Run, env: Any) -> SACAgent:
 
 
 def load_agent(path: str | Path, env: Any, topk: int | None = None, shortlist: int | None = None) -> SACAgent:
-    """A trained agent from a checkpoint file, for ``ace-hybrid evaluate --agent checkpoint:PATH`` (``topk`` and
+    """A trained agent from a checkpoint file or a junior file (:mod:`ace_hybrid.training.junior`), for
+    ``ace-hybrid evaluate --agent checkpoint:PATH`` (``topk`` and
     ``shortlist`` override the run's ``env.deploy_topk`` and ``env.deploy_shortlist``; see
     :func:`~ace_hybrid.grid.agents.deployed_check`)."""
-    state = load_checkpoint_file(path)
+    from ace_hybrid.training.junior import load_junior
+
+    junior = read_torch_file(path)
+    junior = isinstance(junior, dict) and junior.get("kind") == "junior"
+    state = load_junior(path) if junior else load_checkpoint_file(path)
     cfg = config_from_dict(state["config"])
     actions = ActionSet(ActionCatalog.for_env(env), state.get("action_set"))
     features = ObservationFeatures(env)
-    sac = DiscreteSAC(features.dim, len(actions), cfg.sac, action_features=actions.features(), seed=cfg.train.seed)
-    sac.load_state_dict(state["sac"])
+    make = SACPolicy if junior else DiscreteSAC
+    sac = make(features.dim, len(actions), cfg.sac, action_features=actions.features(), seed=cfg.train.seed)
+    if junior:
+        sac.load_policy_state({k: v.numpy() for k, v in state["actor"].items()})
+    else:
+        sac.load_state_dict(state["sac"])
     normalizer = RunningNormalizer(features.dim)
     normalizer.load_state_dict(state["normalizer"])
     return SACAgent(env, sac, actions, features, normalizer, cfg.env.threshold, *deployed_check(cfg, topk, shortlist))

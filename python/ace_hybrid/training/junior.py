@@ -1,0 +1,186 @@
+"""The junior: a policy behaviour-cloned on the tutor's decisions, and SAC or ACE started from it.
+
+The recipe of the L2RPN 2020 winners (a tutor, a junior that imitates it, then RL from the junior): the junior is
+the run's own actor network (:class:`~ace_hybrid.sac.SACPolicy` of the configuration the decisions were collected
+with), trained by masked cross-entropy on the tutor's choices (:mod:`ace_hybrid.training.tutor_decisions`), over
+features normalised by the statistics of those decisions. Its accuracy is measured against the tutor on decisions
+it never trained on: whole episodes (every ``HOLDOUT_EVERY``-th of the collection), or another collection (the
+tutor on validation weeks).
+
+A junior file holds what :func:`~ace_hybrid.training.policy.load_agent` needs to act (``ace-hybrid evaluate --agent
+checkpoint:JUNIOR.pt``) and what ``train.init_policy`` copies into a new run: the configuration, the actor, the
+normaliser, the action set, and how it was trained.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ace_hybrid.config import Config
+from ace_hybrid.files import atomic_write
+from ace_hybrid.grid.features import RunningNormalizer
+from ace_hybrid.sac import SACPolicy
+from ace_hybrid.training.tutor_decisions import Decisions, config_of, load_decisions, read_meta
+
+__all__ = ["HOLDOUT_EVERY", "JUNIOR_FORMAT", "Junior", "fit_junior", "init_from_junior", "load_junior",
+           "save_junior"]
+
+JUNIOR_FORMAT = 1
+HOLDOUT_EVERY = 10
+"""Without a validation collection, episodes ``k`` with ``k % HOLDOUT_EVERY == HOLDOUT_EVERY - 1`` are held out."""
+_KEYS = ("format", "kind", "config", "actor", "normalizer", "action_set", "fit")
+
+
+class Junior(NamedTuple):
+    policy: SACPolicy
+    normalizer: RunningNormalizer
+    config: Config
+    action_set: list[int] | None
+    fit: dict[str, Any]
+    """How it was trained: decisions, epochs, accuracies per epoch, seconds."""
+
+
+def _accuracy(policy: SACPolicy, x: torch.Tensor, action: torch.Tensor, mask: torch.Tensor) -> float:
+    """Share of decisions where the policy's most likely legal action is the tutor's."""
+    if action.numel() == 0:
+        return float("nan")
+    with torch.no_grad():
+        return float((_logits(policy, x).masked_fill(~mask, -torch.inf).argmax(1) == action).float().mean())
+
+
+def _logits(policy: SACPolicy, x: torch.Tensor) -> torch.Tensor:
+    """(B, n) actor logits with autograd (the acting path's scores up to a per-state constant)."""
+    emb, bias = policy.actor.action_factors()
+    return policy.actor.state_factor(x) @ emb.T + bias
+
+
+def fit_junior(folder: str | Path, decisions: int | None = None, *, validation: str | Path | None = None,
+               epochs: int = 30, batch_size: int = 256, lr: float = 1e-3, seed: int = 0,
+               progress: bool = True) -> Junior:
+    """Behaviour-clone the tutor's first ``decisions`` decisions (None: all) of the collection in ``folder``.
+
+    ``validation``: a collection to measure validation accuracy on (same configuration's grid and action set);
+    None holds out every :data:`HOLDOUT_EVERY`-th episode of ``folder`` instead. The policy of the epoch with the
+    best validation accuracy is kept (the last one when nothing is held out).
+
+    Raises
+    ------
+    ValueError
+        An argument out of range (naming it), or a validation collection over another action set.
+    """
+    for name, v, low in (("epochs", epochs, 1), ("batch_size", batch_size, 1)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            raise ValueError(f"{name} = {v!r} out of range: expected an integer >= {low}")
+    if not 0 < lr <= 1:
+        raise ValueError(f"lr = {lr!r} out of range: expected (0, 1]")
+    meta, cfg = read_meta(folder), config_of(folder)
+    data = load_decisions(folder, decisions)
+    if validation is not None:
+        if read_meta(validation)["action_set"] != meta["action_set"]:
+            raise ValueError(f"{validation} was collected over another action set than {folder}")
+        train, val = data, load_decisions(validation)
+    else:
+        held = data.episode % HOLDOUT_EVERY == HOLDOUT_EVERY - 1
+        train, val = _rows(data, ~held), _rows(data, held)
+    normalizer = RunningNormalizer(train.obs.shape[1])
+    normalizer.update(train.obs)
+    torch.manual_seed(seed)
+    policy = SACPolicy(train.obs.shape[1], train.mask.shape[1], cfg.sac, action_features=_action_features(cfg, meta),
+                       seed=seed)
+    t = _tensors(train, normalizer)
+    v = _tensors(val, normalizer)
+    opt = torch.optim.Adam(policy.actor.parameters(), lr=lr)
+    gen = torch.Generator().manual_seed(seed)
+    history, best, best_state = [], -1.0, None
+    started = time.perf_counter()
+    from tqdm.auto import trange
+
+    for epoch in trange(epochs, desc=f"junior on {len(train)} decisions", disable=not progress):
+        policy.actor.train()
+        for rows in torch.randperm(len(train), generator=gen).split(batch_size):
+            logits = _logits(policy, t[0][rows]).masked_fill(~t[2][rows], -1e9)
+            loss = F.cross_entropy(logits, t[1][rows])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        acc = (_accuracy(policy, *t), _accuracy(policy, *v))
+        history.append({"epoch": epoch + 1, "train_accuracy": round(acc[0], 4), "validation_accuracy": round(acc[1], 4)})
+        score = acc[1] if len(val) else float(epoch)
+        if score > best:
+            best, best_state = score, {k: p.detach().clone() for k, p in policy.actor.state_dict().items()}
+    policy.actor.load_state_dict(best_state)
+    policy._factor_cache.clear()  # noqa: SLF001 - parameters changed outside an optimiser step of the policy
+    kept = max(history, key=lambda h: h["validation_accuracy"]) if len(val) else history[-1]
+    fit = {"collection": str(folder), "validation_collection": str(validation) if validation else None,
+           "decisions": len(train), "validation_decisions": len(val), "episodes": int(np.unique(train.episode).size),
+           "epochs": epochs, "batch_size": batch_size, "lr": lr, "seed": seed, "kept_epoch": kept["epoch"],
+           "train_accuracy": kept["train_accuracy"], "validation_accuracy": kept["validation_accuracy"],
+           "tutor_do_nothing_share": round(float(np.mean(train.action == 0)), 4),
+           "history": history, "seconds": round(time.perf_counter() - started, 1)}
+    return Junior(policy, normalizer, cfg, meta["action_set"], fit)
+
+
+def _rows(d: Decisions, keep: np.ndarray) -> Decisions:
+    return Decisions(*(col[keep] for col in d))
+
+
+def _tensors(d: Decisions, normalizer: RunningNormalizer) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    x = normalizer(d.obs) if len(d) else np.zeros((0, normalizer.dim), np.float32)
+    return torch.from_numpy(x), torch.from_numpy(d.action), torch.from_numpy(d.mask)
+
+
+def _action_features(cfg: Config, meta: dict[str, Any]) -> np.ndarray:
+    """The action set's features, as the run builds its networks with them."""
+    from ace_hybrid.grid.action_set import ActionSet
+    from ace_hybrid.grid.catalog import ActionCatalog
+    from ace_hybrid.grid.env import make_config_env
+
+    env = make_config_env(cfg)
+    try:
+        return ActionSet(ActionCatalog.for_env(env), meta["action_set"]).features()
+    finally:
+        env.close()
+
+
+def save_junior(path: str | Path, junior: Junior) -> Path:
+    """Write a junior file (atomically)."""
+    state = {"format": JUNIOR_FORMAT, "kind": "junior", "config": junior.config.to_dict(),
+             "actor": {k: torch.from_numpy(v) for k, v in junior.policy.policy_state().items()},
+             "normalizer": junior.normalizer.state_dict(), "action_set": junior.action_set, "fit": junior.fit}
+    return atomic_write(path, lambda f: torch.save(state, f))
+
+
+def load_junior(path: str | Path) -> dict[str, Any]:
+    """A junior file's contents, or a clear error for a missing, foreign or damaged file."""
+    from ace_hybrid.training.checkpoint import read_torch_file
+
+    state = read_torch_file(path)
+    if not isinstance(state, dict) or state.get("kind") != "junior" or state.get("format") != JUNIOR_FORMAT:
+        raise ValueError(f"{path} is not an ace_hybrid junior file of format {JUNIOR_FORMAT}")
+    missing = [k for k in _KEYS if k not in state]
+    if missing:
+        raise ValueError(f"{path} is not a complete junior file: it lacks {missing}")
+    return state
+
+
+def init_from_junior(run: Any, path: str | Path) -> None:
+    """Start a new run's actor and normaliser from a junior file (``train.init_policy``); the critics start as
+    they would. The junior must have the run's action set and network shape (the message names both)."""
+    state = load_junior(path)
+    mine = None if run.actions.is_full else [int(i) for i in run.actions.indices]
+    if state["action_set"] != mine:
+        size = "the whole catalog" if state["action_set"] is None else f"{len(state['action_set'])} actions"
+        raise ValueError(f"train.init_policy = {path}: the junior acts over another action set ({size}) than this "
+                         f"run ({len(run.actions)} actions from env.action_set = {run.cfg.env.action_set!r})")
+    try:
+        run.sac.load_policy_state({k: v.numpy() for k, v in state["actor"].items()})
+    except ValueError as exc:
+        raise ValueError(f"train.init_policy = {path}: the junior's network does not fit this run's "
+                         f"(sac.hidden, sac.head, sac.embed_dim): {exc}") from None
+    run.normalizer.load_state_dict(state["normalizer"])

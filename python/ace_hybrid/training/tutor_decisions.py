@@ -1,0 +1,292 @@
+"""The tutor's decisions at scale: collected once on the training episodes, kept on disk, reused by every learner.
+
+``ace-hybrid junior collect`` plays training episodes ``k = 0, 1, ...`` (scenario and seed from
+:func:`~ace_hybrid.training.rollout.episode_of`, as a training run plays them) with the greedy tutor deciding in
+every danger state (``train.tutor_budget`` simulations over the run's action set) and the safe rule elsewhere --
+the rollout worker of a training run, unchanged, with the tutor on for every step. Each decision is kept as the
+transition a run would store, with the tutor's legal mask and the episode step it was taken at.
+
+The folder holds ``tutor.json`` (the configuration, the action set, the format) and one ``episodes/ep-<k>.npz`` per
+episode, each written atomically when its episode ends: a kill loses the episodes in flight and nothing else, and
+the same command continues. Episodes are independent of the worker that plays them (the tutor reads no normaliser
+and every episode reseeds the grid), so ``--jobs`` changes the wall-clock time, never the data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import multiprocessing
+import time
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ace_hybrid.config import Config, config_from_dict
+from ace_hybrid.files import atomic_write, atomic_write_json
+from ace_hybrid.training.dealer import Grant
+from ace_hybrid.training.rollout import PolicyWeights, RolloutWorker, WorkerSpec, episode_of
+
+__all__ = ["DECISIONS_FORMAT", "Decisions", "collect_decisions", "load_decisions", "read_meta"]
+
+DECISIONS_FORMAT = 1
+_META = "tutor.json"
+_COLUMNS = ("obs", "action", "reward", "next_obs", "done", "truncated", "decision", "mask", "step")
+
+
+class Decisions(NamedTuple):
+    """Tutor decisions, in episode order then decision order."""
+
+    obs: np.ndarray
+    """(N, D) float32 raw features (not normalised)."""
+    action: np.ndarray
+    """(N,) int64 index in the action set."""
+    mask: np.ndarray
+    """(N, n) bool: the actions legal at the decision."""
+    episode: np.ndarray
+    """(N,) int64 training episode id (scenario and seed: :func:`episode_of`)."""
+    step: np.ndarray
+    """(N,) int64 the episode step of the decision."""
+    reward: np.ndarray
+    next_obs: np.ndarray
+    done: np.ndarray
+    truncated: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.action.shape[0])
+
+
+def read_meta(folder: str | Path) -> dict[str, Any]:
+    """``tutor.json`` of a collection: its configuration (``config``), ``action_set`` and ``format``."""
+    path = Path(folder) / _META
+    if not path.is_file():
+        raise FileNotFoundError(f"{folder} holds no tutor decisions (no {_META}): run `ace-hybrid junior collect`")
+    meta = json.loads(path.read_text())
+    if meta.get("format") != DECISIONS_FORMAT:
+        raise ValueError(f"{path} has format {meta.get('format')!r}, this version reads {DECISIONS_FORMAT}")
+    return meta
+
+
+def _episode_path(folder: Path, k: int) -> Path:
+    return folder / "episodes" / f"ep-{k:06d}.npz"
+
+
+def _episodes_on_disk(folder: Path) -> dict[int, int]:
+    """{episode id: decisions} of the finished episodes."""
+    found = {}
+    for path in sorted((folder / "episodes").glob("ep-*.npz")):
+        with np.load(path) as z:
+            found[int(path.stem[3:])] = int(z["action"].shape[0])
+    return found
+
+
+def _prefix(counts: dict[int, int]) -> tuple[int, int]:
+    """(episodes, decisions) of the episodes 0, 1, ... present without a gap."""
+    k = total = 0
+    while k in counts:
+        total += counts[k]
+        k += 1
+    return k, total
+
+
+def collect_decisions(cfg: Config, folder: str | Path, decisions: int, *, jobs: int = 1,
+                      progress: bool = True) -> dict[str, Any]:
+    """Play training episodes 0, 1, ... with the tutor until they hold at least ``decisions`` tutor decisions.
+
+    Rerunning continues (finished episodes are kept); a folder collected with another configuration is refused.
+    Returns the summary also written into ``tutor.json``: episodes, decisions, seconds, survival.
+
+    Raises
+    ------
+    ValueError
+        ``decisions`` or ``jobs`` out of range, or a folder made with another configuration or action set.
+    """
+    if isinstance(decisions, bool) or not isinstance(decisions, int) or not 1 <= decisions <= 10_000_000:
+        raise ValueError(f"decisions = {decisions!r} out of range: expected an integer in [1, 10000000]")
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or not 1 <= jobs <= 64:
+        raise ValueError(f"jobs = {jobs!r} out of range: expected an integer in [1, 64]")
+    folder = Path(folder)
+    indices = _prepare_folder(cfg, folder)
+    counts = _episodes_on_disk(folder)
+    started = time.perf_counter()
+    bar = _bar(progress, decisions, _prefix(counts)[1])
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(jobs, initializer=_init_worker, initargs=(cfg, indices)) as pool:
+        pending: dict[int, Any] = {}
+        k = 0
+        while True:
+            done_episodes, have = _prefix(counts)
+            # Keep every process busy until the gap-free prefix holds enough; never start an episode past it.
+            while _prefix(counts)[1] < decisions and len(pending) < jobs:
+                while k in counts or k in pending:
+                    k += 1
+                pending[k] = pool.apply_async(_play, (str(folder), k))
+            if not pending:
+                break
+            finished = [e for e, r in pending.items() if r.ready()]
+            if not finished:
+                time.sleep(0.05)
+                continue
+            for e in finished:
+                counts[e] = pending.pop(e).get()
+            bar.update(_prefix(counts)[1] - have)
+            bar.set_postfix(episodes=done_episodes)
+    bar.close()
+    return _write_summary(folder, cfg, indices, time.perf_counter() - started)
+
+
+def _prepare_folder(cfg: Config, folder: Path) -> list[int] | None:
+    """The action set (selected and cached as a run selects it), and ``tutor.json``; a folder made with another
+    configuration is refused."""
+    from ace_hybrid.grid.action_set import action_set_indices
+    from ace_hybrid.grid.catalog import ActionCatalog
+    from ace_hybrid.grid.env import make_config_env
+
+    cfg = _tutor_everywhere(cfg)
+    env = make_config_env(cfg)
+    try:
+        indices = action_set_indices(cfg, env, ActionCatalog.for_env(env))
+    finally:
+        env.close()
+    if (folder / _META).exists():
+        meta = read_meta(folder)
+        if meta["config"] != json.loads(json.dumps(cfg.to_dict())) or meta["action_set"] != indices:
+            raise ValueError(f"{folder} holds tutor decisions of another configuration or action set: collect "
+                             f"into a new folder (its configuration: {folder / _META})")
+        return indices
+    atomic_write_json(folder / _META, {"format": DECISIONS_FORMAT, "config": cfg.to_dict(), "action_set": indices})
+    return indices
+
+
+def _tutor_everywhere(cfg: Config) -> Config:
+    """``cfg`` with the tutor on at every step (the collection's only setting of its own)."""
+    return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, tutor_steps=2**62))
+
+
+def _write_summary(folder: Path, cfg: Config, indices: list[int] | None, seconds: float) -> dict[str, Any]:
+    meta = read_meta(folder)
+    rows = []
+    for path in sorted((folder / "episodes").glob("ep-*.npz")):
+        with np.load(path) as z:
+            rows.append((int(z["action"].shape[0]), int(z["steps"]), bool(z["blackout"]), float(z["seconds"])))
+    n = np.asarray(rows, dtype=np.float64).reshape(-1, 4)
+    meta["summary"] = {
+        "episodes": len(rows), "decisions": int(n[:, 0].sum()), "steps": int(n[:, 1].sum()),
+        "blackouts": int(n[:, 2].sum()), "episode_seconds": round(float(n[:, 3].sum()), 1),
+        "last_session_seconds": round(seconds, 1),
+    }
+    atomic_write_json(folder / _META, meta)
+    return meta["summary"]
+
+
+def _bar(progress: bool, total: int, initial: int) -> Any:
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=min(initial, total), unit="decision", desc="tutor decisions",
+                disable=not progress)
+
+
+# ------------------------------------------------------------------------------------------- in a worker process
+
+_WORKER: dict[str, Any] = {}
+
+
+class _OneEpisode:
+    """A dealer of one episode, one step at a time, for as long as it lasts."""
+
+    def __init__(self, k: int) -> None:
+        self.k, self.next = k, 0
+
+    def episode(self) -> int:
+        return self.k
+
+    def steps(self, want: int) -> Grant:
+        self.next += 1
+        return Grant(self.next - 1, 1, False)
+
+
+class _RecordingTutor:
+    """The tutor, keeping the legal mask and the episode step of each decision it makes."""
+
+    def __init__(self, tutor: Any, actions: Any) -> None:
+        self.tutor, self.actions = tutor, actions
+        self.masks: list[np.ndarray] = []
+        self.steps: list[int] = []
+
+    def choose(self, obs: Any) -> int:
+        self.masks.append(self.actions.legal_mask(obs))
+        self.steps.append(int(obs.current_step))
+        return self.tutor.choose(obs)
+
+
+def _init_worker(cfg: Config, indices: list[int] | None) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    cfg = _tutor_everywhere(cfg)
+    worker = RolloutWorker(WorkerSpec(0, cfg, indices), _OneEpisode(0), batch_steps=1)
+    worker.set_policy(PolicyWeights(0, worker.sac.policy_state(), worker.normalizer.state_dict()))
+    _WORKER["worker"] = worker
+
+
+def _play(folder: str, k: int) -> int:
+    """Play training episode ``k`` with the tutor, write its file, return its number of decisions."""
+    worker: RolloutWorker = _WORKER["worker"]
+    tutor = worker.tutor = _RecordingTutor(getattr(worker.tutor, "tutor", worker.tutor), worker.actions)
+    worker.dealer = _OneEpisode(k)
+    worker._obs = None  # noqa: SLF001 - a fresh episode: the worker starts one when it has no observation
+    rows, finished, t0 = [], [], time.perf_counter()
+    while not finished:
+        batch = worker.collect()
+        rows += batch.transitions
+        finished = batch.finished
+    _, steps, blackout = finished[0]
+    n, dim = len(rows), worker.features.dim
+    cols = {
+        "obs": np.asarray([p.obs for p in rows], np.float32).reshape(n, dim),
+        "action": np.asarray([p.action for p in rows], np.int64),
+        "reward": np.asarray([p.reward for p in rows], np.float32),
+        "next_obs": np.asarray([p.next_obs for p in rows], np.float32).reshape(n, dim),
+        "done": np.asarray([p.done for p in rows], bool),
+        "truncated": np.asarray([p.truncated for p in rows], bool),
+        "decision": np.asarray([p.decision for p in rows], np.int64),
+        "mask": np.asarray(tutor.masks, bool).reshape(n, len(worker.actions)),
+        "step": np.asarray(tutor.steps, np.int64),
+    }
+    scenario, seed = episode_of(worker.cfg, k)
+    atomic_write(_episode_path(Path(folder), k), lambda f: np.savez_compressed(
+        f, **cols, scenario=scenario, seed=seed, steps=steps, blackout=blackout, seconds=time.perf_counter() - t0))
+    return n
+
+
+# ------------------------------------------------------------------------------------------- reading
+
+def load_decisions(folder: str | Path, limit: int | None = None) -> Decisions:
+    """The first ``limit`` decisions (None: all) of the gap-free episodes 0, 1, ... of a collection."""
+    folder = Path(folder)
+    read_meta(folder)
+    counts = _episodes_on_disk(folder)
+    episodes, total = _prefix(counts)
+    if limit is not None and not 1 <= limit <= total:
+        raise ValueError(f"limit = {limit} out of range: {folder} holds {total} decisions in episodes "
+                         f"0-{episodes - 1}; expected [1, {total}] (collect more with --decisions)")
+    parts: dict[str, list[np.ndarray]] = {c: [] for c in (*_COLUMNS, "episode")}
+    have = 0
+    for k in range(episodes):
+        if limit is not None and have >= limit:
+            break
+        with np.load(_episode_path(folder, k)) as z:
+            for c in _COLUMNS:
+                parts[c].append(z[c])
+            parts["episode"].append(np.full(z["action"].shape[0], k, np.int64))
+            have += int(z["action"].shape[0])
+    cols = {c: np.concatenate(v)[:limit] for c, v in parts.items()}
+    return Decisions(obs=cols["obs"], action=cols["action"], mask=cols["mask"], episode=cols["episode"],
+                     step=cols["step"], reward=cols["reward"], next_obs=cols["next_obs"], done=cols["done"],
+                     truncated=cols["truncated"])
+
+
+def config_of(folder: str | Path) -> Config:
+    """The configuration a collection was made with."""
+    return config_from_dict(read_meta(folder)["config"])

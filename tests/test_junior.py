@@ -1,0 +1,138 @@
+"""The tutor's decisions collected at scale, the junior cloned on them, and runs started from it (real grid, tutor,
+worker processes and networks; the sandbox grid at a tiny size)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("grid2op")
+
+import torch
+
+from ace_hybrid.agents import make_agent
+from ace_hybrid.config import load_config
+from ace_hybrid.grid.env import make_env
+from ace_hybrid.training.junior import fit_junior, load_junior, save_junior
+from ace_hybrid.training.loop import train
+from ace_hybrid.training.tutor_decisions import collect_decisions, load_decisions
+
+from tiny_settings import TINY  # noqa: E402 (tests/ is on sys.path: see conftest.py)
+
+pytestmark = [pytest.mark.grid2op, pytest.mark.slow]
+
+COLLECT = [*TINY, "env.action_set=tutor:6", "env.action_set_states=20", "train.tutor_budget=4",
+           "env.max_episode_steps=60", "env.threshold=0.3"]
+
+
+@pytest.fixture(scope="module")
+def collection(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("tutor") / "decisions"
+    collect_decisions(load_config(None, COLLECT), folder, 60, jobs=2, progress=False)
+    return folder
+
+
+def test_collection_keeps_every_tutor_decision_with_its_legal_mask(collection: Path) -> None:
+    d = load_decisions(collection)
+    assert len(d) >= 60
+    assert d.mask[np.arange(len(d)), d.action].all()  # the tutor chose a legal action every time
+    assert d.obs.shape == d.next_obs.shape and np.isfinite(d.obs).all()
+    assert (np.diff(d.episode) >= 0).all() and d.episode[0] == 0  # episode order, from 0
+    first = d.episode == 0
+    assert (np.diff(d.step[first]) > 0).all()  # decisions in step order within an episode
+    assert set(np.unique(d.action)) != {0}  # not do-nothing alone: the tutor acted
+    assert len(load_decisions(collection, 10)) == 10
+
+
+def test_an_episode_is_the_same_whichever_worker_plays_it_and_a_rerun_continues(collection: Path,
+                                                                                  tmp_path: Path) -> None:
+    again = tmp_path / "again"
+    summary = collect_decisions(load_config(None, COLLECT), again, 5, jobs=1, progress=False)
+    first = load_decisions(again)
+    theirs = load_decisions(collection, len(first))
+    for mine, other in zip(first, theirs, strict=True):
+        np.testing.assert_array_equal(mine, other)
+    kept = {p: p.stat().st_mtime_ns for p in (again / "episodes").glob("*.npz")}
+    more = collect_decisions(load_config(None, COLLECT), again, summary["decisions"] + 1, jobs=1, progress=False)
+    assert more["episodes"] > summary["episodes"]
+    assert all(p.stat().st_mtime_ns == t for p, t in kept.items())  # finished episodes are not replayed
+
+
+def test_a_collection_refuses_another_configuration_and_bad_counts(collection: Path) -> None:
+    with pytest.raises(ValueError, match="another configuration"):
+        collect_decisions(load_config(None, [*COLLECT, "train.tutor_budget=5"]), collection, 10, progress=False)
+    with pytest.raises(ValueError, match=r"decisions = 0 out of range"):
+        collect_decisions(load_config(None, COLLECT), collection, 0, progress=False)
+    with pytest.raises(ValueError, match=r"limit = 1000000 out of range: .* holds \d+ decisions"):
+        load_decisions(collection, 1_000_000)
+    with pytest.raises(FileNotFoundError, match="no tutor.json"):
+        load_decisions(collection.parent)
+
+
+def _scripted_collection(real: Path, folder: Path, episodes: int = 30, per_episode: int = 30) -> None:
+    """A collection in the real format whose 'tutor' picks action argmax(obs[:5]): a rule a clone can learn and
+    must generalise to held-out episodes (the sandbox tutor at this size picks one action almost always)."""
+    (folder / "episodes").mkdir(parents=True)
+    (folder / "tutor.json").write_text((real / "tutor.json").read_text())
+    ref = load_decisions(real)
+    rng = np.random.default_rng(0)
+    for k in range(episodes):
+        obs = np.zeros((per_episode, ref.obs.shape[1]), np.float32)  # constant features carry nothing
+        obs[:, :5] = rng.normal(size=(per_episode, 5))
+        action = np.argmax(obs[:, :5], axis=1)
+        np.savez(folder / "episodes" / f"ep-{k:06d}.npz", obs=obs, action=action, reward=np.zeros(per_episode),
+                 next_obs=obs, done=np.zeros(per_episode, bool), truncated=np.zeros(per_episode, bool),
+                 decision=np.arange(per_episode), mask=np.ones((per_episode, ref.mask.shape[1]), bool),
+                 step=np.arange(per_episode), scenario=0, seed=k, steps=per_episode, blackout=False, seconds=0.0)
+
+
+def test_the_clone_learns_a_rule_and_generalises_to_held_out_episodes(collection: Path, tmp_path: Path) -> None:
+    _scripted_collection(collection, tmp_path / "scripted")
+    junior = fit_junior(tmp_path / "scripted", epochs=60, lr=3e-3, progress=False)
+    assert junior.fit["validation_decisions"] == 3 * 30  # episodes 9, 19, 29
+    assert junior.fit["validation_accuracy"] >= 0.7  # chance: 0.2
+    assert junior.fit["train_accuracy"] >= junior.fit["validation_accuracy"] - 0.05
+
+
+def test_the_junior_imitates_the_tutor_and_acts_from_its_file(collection: Path, tmp_path: Path) -> None:
+    junior = fit_junior(collection, epochs=40, lr=3e-3, progress=False)
+    d = load_decisions(collection)
+    share = float(np.mean(d.action == np.bincount(d.action).argmax()))
+    assert junior.fit["train_accuracy"] >= share - 0.05  # about the tutor's most frequent choice, or better (split)
+    assert junior.fit["validation_decisions"] + junior.fit["decisions"] == len(d)
+    path = save_junior(tmp_path / "junior.pt", junior)
+    env = make_env("l2rpn_case14_sandbox", seed=0)
+    try:
+        agent = make_agent(f"checkpoint:{path}", env, topk=0)
+        x = junior.normalizer(d.obs[:20])
+        for row, mask in zip(x, d.mask[:20], strict=True):
+            assert agent.most_likely(row, mask) == junior.policy.act(row, mask, deterministic=True)
+    finally:
+        env.close()
+
+
+def test_a_run_starts_from_the_junior_and_refuses_one_of_another_action_set(collection: Path,
+                                                                           tmp_path: Path) -> None:
+    path = save_junior(tmp_path / "junior.pt", fit_junior(collection, epochs=2, progress=False))
+    state = load_junior(path)
+    base = [*COLLECT, "train.total_env_steps=30", "train.updates_per_decision=0", "train.eval_every=0",
+            "log.tensorboard=false", f"train.init_policy={path}"]
+    train(load_config(None, base), tmp_path / "run")
+    saved = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)
+    for key, value in state["actor"].items():
+        torch.testing.assert_close(saved["sac"]["actor"][key], value)  # no update: still the junior's actor
+    with pytest.raises(ValueError, match=r"init_policy = .*another action set"):
+        train(load_config(None, [*base, "env.action_set=tutor:4"]), tmp_path / "other")
+
+
+def test_junior_files_refuse_foreign_and_bad_arguments(collection: Path, tmp_path: Path) -> None:
+    torch.save({"format": 1, "kind": "something"}, tmp_path / "x.pt")
+    with pytest.raises(ValueError, match="not an ace_hybrid junior file"):
+        load_junior(tmp_path / "x.pt")
+    with pytest.raises(ValueError, match=r"epochs = 0 out of range"):
+        fit_junior(collection, epochs=0, progress=False)
+    with pytest.raises(ValueError, match=r"lr = 2 out of range"):
+        fit_junior(collection, lr=2, progress=False)
