@@ -554,7 +554,8 @@ def test_bad_config_key_fails_naming_the_row_and_key(tmp_path: Path) -> None:
 
 def test_expert_guided_rows_have_a_tutor_and_sac_only_rows_none(tmp_path: Path) -> None:
     guided = '[[rows]]\nname = "EG"\nkind = "expert-guided"\n'
-    with pytest.raises(ValueError, match=r"row 'EG' \(kind expert-guided\) has train.tutor_steps = 0: .*"
+    with pytest.raises(ValueError, match=r"row 'EG' \(kind expert-guided\) has train.tutor_steps = 0 and no "
+                                         r"train.tutor_data: .*"
                                          r"train.tutor_steps=5000"):
         ex.load_experiment(write_experiment(tmp_path / "eg.toml", rows=guided))
     with pytest.raises(ValueError, match=r"row 'SAC' \(kind sac-only\) has train.tutor_steps = 40: .*use kind "

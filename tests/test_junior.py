@@ -3,6 +3,7 @@ worker processes and networks; the sandbox grid at a tiny size)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -136,3 +137,35 @@ def test_junior_files_refuse_foreign_and_bad_arguments(collection: Path, tmp_pat
         fit_junior(collection, epochs=0, progress=False)
     with pytest.raises(ValueError, match=r"lr = 2 out of range"):
         fit_junior(collection, lr=2, progress=False)
+
+
+def test_an_experiment_row_tests_the_junior_its_set_names(collection: Path, tmp_path: Path) -> None:
+    from ace_hybrid.experiment import load_experiment, run_experiment
+
+    from tiny_settings import experiment_file, rows
+
+    path = save_junior(tmp_path / "junior.pt", fit_junior(collection, epochs=2, progress=False))
+    table = rows(("DoNothing", "do-nothing"), ("Junior", "junior", f'set = ["train.init_policy={path}"]'))
+    result = run_experiment(load_experiment(experiment_file(tmp_path / "x.toml", table)), tmp_path / "out",
+                            progress=False)
+    cells = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert {r["id"] for r in cells["rows"]} >= {"donothing", "junior"} and "Junior" in result["markdown"]
+    with pytest.raises(ValueError, match="kind junior.*no train.init_policy"):
+        load_experiment(experiment_file(tmp_path / "y.toml", rows(("Junior", "junior"))))
+
+
+def test_a_run_starts_with_the_tutor_data_in_its_validated_partition(collection: Path, tmp_path: Path) -> None:
+    from ace_hybrid.replay import MixedReplayBuffer
+    from ace_hybrid.training.checkpoint import load_checkpoint_file
+
+    base = [*COLLECT, "train.total_env_steps=30", "train.updates_per_decision=0", "train.eval_every=0",
+            "log.tensorboard=false", "replay.validated_capacity=500", f"train.tutor_data={collection}"]
+    train(load_config(None, base), tmp_path / "run")
+    state = load_checkpoint_file(tmp_path / "run" / "checkpoint.pt")
+    replay = MixedReplayBuffer.load(tmp_path / "run" / state["replay_file"])
+    assert replay.validated_size == len(load_decisions(collection))
+    assert state["normalizer"]["count"] >= len(load_decisions(collection))  # folded in: no junior gave one
+    with pytest.raises(ValueError, match=r"tutor_data = .*env.train_scenarios = \[0, 1\], this run has \[1\]"):
+        train(load_config(None, [*base, "env.train_scenarios=[1]"]), tmp_path / "other")
+    with pytest.raises(ValueError, match=r"more than replay.validated_capacity = 10"):
+        train(load_config(None, [*base, "replay.validated_capacity=10"]), tmp_path / "small")

@@ -41,6 +41,11 @@ class TrainConfig:
     init_policy: str = ""
     """A junior file (ace-hybrid junior fit): a new run's actor and normaliser start as the policy cloned from the
     tutor's decisions, over the same action set; its critics start fresh. "" (default): a fresh actor."""
+    tutor_data: str = ""
+    """A collection of the tutor's decisions (ace-hybrid junior collect): a new run starts with all of them in the
+    replay's validated partition (I_v = 1, as the warm start's), for the critic and the imitation term; the
+    collection must be of this run's grid, weeks and action set. Its features fold into the normaliser unless
+    train.init_policy gives one. "" (default): none."""
     tutor_budget: int = 30
     """Simulations per decision of the tutor (the do-nothing reference included)."""
     imitation_weight: float = 0.0

@@ -96,6 +96,8 @@ def baseline_agent(kind: str, env: Any, cfg: Config, greedy_budget: int) -> Any:
 
     if kind == "tutor":
         return tutor_agent(env, cfg)
+    if kind == "junior":
+        return make_agent(f"checkpoint:{cfg.train.init_policy}", env, topk=0)
     return make_agent(kind, env, budget=greedy_budget, cfg=cfg)  # the kinds of baselines are make_agent's names
 
 

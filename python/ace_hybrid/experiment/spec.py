@@ -105,11 +105,12 @@ from typing import Any, NamedTuple, Sequence
 from ace_hybrid.config import Config, load_config, read_toml
 from ace_hybrid.experiment.ppo_settings import PPOSettings
 
-BASELINE_KINDS: tuple[str, ...] = ("do-nothing", "reco", "greedy", "tutor", "lac", "random-candidate")
+BASELINE_KINDS: tuple[str, ...] = ("do-nothing", "reco", "greedy", "tutor", "junior", "lac", "random-candidate")
 """Rows that only test a fixed agent (:func:`ace_hybrid.agents.make_agent`'s names, and "tutor"). "greedy" is the
 greedy expert over the whole catalog with the file's ``greedy_budget`` simulations per decision; "tutor" is
 expert-guided RL's tutor acting alone: the greedy expert over the row's action set (``env.action_set``) with
-``train.tutor_budget`` simulations per decision; "lac" is the LLM-only LAC agent and "random-candidate" its control,
+``train.tutor_budget`` simulations per decision; "junior" is the junior file the row's ``train.init_policy`` names
+(``ace-hybrid junior fit``: the tutor's decisions cloned), its policy alone; "lac" is the LLM-only LAC agent and "random-candidate" its control,
 a random one of the same candidates."""
 TRAINING_KINDS: tuple[str, ...] = ("sac-only", "expert-guided", "ace", "maskable-ppo")
 """Rows that train and then test best.pt: SAC alone; expert-guided RL (SAC after the greedy tutor's warm start,
@@ -276,12 +277,17 @@ def _check_kind(row: RowSpec, cfg: Config) -> None:
     if row.kind == "ace" and cfg.llm.backend == "none":
         raise ValueError(f"row {row.name!r} (kind ace) has llm.backend = 'none': set one in ace_set or the "
                          f"row's set (e.g. llm.backend=smollm2), or use kind sac-only")
-    if row.kind == "expert-guided" and cfg.train.tutor_steps == 0:
-        raise ValueError(f"row {row.name!r} (kind expert-guided) has train.tutor_steps = 0: give the tutor's warm "
-                         f"start in the row's set (e.g. train.tutor_steps=5000), or use kind sac-only")
-    if row.kind == "sac-only" and cfg.train.tutor_steps > 0:
-        raise ValueError(f"row {row.name!r} (kind sac-only) has train.tutor_steps = {cfg.train.tutor_steps}: "
-                         f"with the tutor's warm start it is expert-guided RL: use kind expert-guided")
+    if row.kind == "expert-guided" and cfg.train.tutor_steps == 0 and not cfg.train.tutor_data:
+        raise ValueError(f"row {row.name!r} (kind expert-guided) has train.tutor_steps = 0 and no train.tutor_data: "
+                         f"give the tutor's warm start in the row's set (e.g. train.tutor_steps=5000), or use kind "
+                         f"sac-only")
+    if row.kind == "sac-only" and (cfg.train.tutor_steps > 0 or cfg.train.tutor_data):
+        raise ValueError(f"row {row.name!r} (kind sac-only) has train.tutor_steps = {cfg.train.tutor_steps} / "
+                         f"train.tutor_data = {cfg.train.tutor_data!r}: with the tutor's decisions it is expert-guided "
+                         f"RL: use kind expert-guided")
+    if row.kind == "junior" and not cfg.train.init_policy:
+        raise ValueError(f"row {row.name!r} (kind junior) has no train.init_policy: name the junior file in the row's "
+                         f"set (e.g. train.init_policy=runs/junior/junior-5k.pt, made by ace-hybrid junior fit)")
     if row.kind == "maskable-ppo" and cfg.train.tutor_steps > 0:
         raise ValueError(f"row {row.name!r} (kind maskable-ppo) has train.tutor_steps = {cfg.train.tutor_steps}: "
                          f"MaskablePPO has no tutor's warm start; set train.tutor_steps=0 in the row's set")

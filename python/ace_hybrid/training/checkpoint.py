@@ -29,7 +29,7 @@ from ace_hybrid.training.ace import REFINEMENTS_LOG, attach_llm
 from ace_hybrid.training.metrics import truncate_jsonl
 from ace_hybrid.training.run import Counters, Run
 
-__all__ = ["CHECKPOINT_FORMAT", "load_checkpoint_file", "read_torch_file", "restore", "save_checkpoint"]
+__all__ = ["CHECKPOINT_FORMAT", "load_checkpoint_file", "plain", "read_torch_file", "restore", "save_checkpoint"]
 
 CHECKPOINT_FORMAT = 1
 
@@ -59,12 +59,12 @@ def save_checkpoint(run: Run, name: str = "checkpoint.pt") -> Path:
         "format": CHECKPOINT_FORMAT,
         "config": run.cfg.to_dict(),
         "sac": run.sac.state_dict(),
-        "normalizer": _plain(run.normalizer.state_dict()),
-        "counters": _plain(vars(c)),
+        "normalizer": plain(run.normalizer.state_dict()),
+        "counters": plain(vars(c)),
         "torch_rng": torch.get_rng_state(),
         "replay_file": replay_name,
-        "time_split": _plain(run.time_split),
-        "llm": _plain(run.llm.state_dict()) if run.llm is not None else None,
+        "time_split": plain(run.time_split),
+        "llm": plain(run.llm.state_dict()) if run.llm is not None else None,
         "action_set": None if run.actions.is_full else [int(i) for i in run.actions.indices],
     }
     run.logger.flush()
@@ -83,16 +83,16 @@ def clock_train_time(run: Run) -> None:
     run.clock = now
 
 
-def _plain(obj: Any) -> Any:
+def plain(obj: Any) -> Any:
     """``obj`` with numpy arrays as tensors and numpy scalars as Python numbers (what ``weights_only`` reads)."""
     if isinstance(obj, np.ndarray):
         return torch.from_numpy(obj.copy())
     if isinstance(obj, np.generic):
         return obj.item()
     if isinstance(obj, dict):
-        return {k: _plain(v) for k, v in obj.items()}
+        return {k: plain(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return type(obj)(_plain(v) for v in obj)
+        return type(obj)(plain(v) for v in obj)
     return obj
 
 

@@ -29,7 +29,12 @@ from ace_hybrid.sac import SACPolicy
 from ace_hybrid.training.tutor_decisions import Decisions, config_of, load_decisions, read_meta
 
 __all__ = ["HOLDOUT_EVERY", "JUNIOR_FORMAT", "Junior", "fit_junior", "init_from_junior", "load_junior",
-           "save_junior"]
+           "save_junior", "store_tutor_data"]
+
+_SAME_EPISODES = ("name", "data", "train_scenarios", "train_seed_start", "action_set", "threshold", "start_spread",
+                  "max_episode_steps")
+"""The ``[env]`` keys a run and the tutor data it starts with must share: the same grid, training weeks, episodes
+and action set (test weeks never enter a run through its tutor data)."""
 
 JUNIOR_FORMAT = 1
 HOLDOUT_EVERY = 10
@@ -66,7 +71,8 @@ def fit_junior(folder: str | Path, decisions: int | None = None, *, validation: 
     """Behaviour-clone the tutor's first ``decisions`` decisions (None: all) of the collection in ``folder``.
 
     ``validation``: a collection to measure validation accuracy on (same configuration's grid and action set);
-    None holds out every :data:`HOLDOUT_EVERY`-th episode of ``folder`` instead. The policy of the epoch with the
+    None holds out every :data:`HOLDOUT_EVERY`-th episode of the whole collection instead, and ``decisions``
+    counts the decisions of the other episodes, in order. The policy of the epoch with the
     best validation accuracy is kept (the last one when nothing is held out).
 
     Raises
@@ -80,14 +86,20 @@ def fit_junior(folder: str | Path, decisions: int | None = None, *, validation: 
     if not 0 < lr <= 1:
         raise ValueError(f"lr = {lr!r} out of range: expected (0, 1]")
     meta, cfg = read_meta(folder), config_of(folder)
-    data = load_decisions(folder, decisions)
     if validation is not None:
         if read_meta(validation)["action_set"] != meta["action_set"]:
             raise ValueError(f"{validation} was collected over another action set than {folder}")
-        train, val = data, load_decisions(validation)
+        train, val = load_decisions(folder, decisions), load_decisions(validation)
     else:
+        # The same held-out episodes whatever ``decisions``: juniors of different sizes are compared on one set.
+        data = load_decisions(folder)
         held = data.episode % HOLDOUT_EVERY == HOLDOUT_EVERY - 1
         train, val = _rows(data, ~held), _rows(data, held)
+        if decisions is not None:
+            if decisions > len(train):
+                raise ValueError(f"decisions = {decisions} out of range: {folder} holds {len(train)} decisions "
+                                 f"outside its held-out episodes; expected [1, {len(train)}] (collect more)")
+            train = _rows(train, np.arange(len(train)) < decisions)
     normalizer = RunningNormalizer(train.obs.shape[1])
     normalizer.update(train.obs)
     torch.manual_seed(seed)
@@ -149,10 +161,12 @@ def _action_features(cfg: Config, meta: dict[str, Any]) -> np.ndarray:
 
 
 def save_junior(path: str | Path, junior: Junior) -> Path:
-    """Write a junior file (atomically)."""
+    """Write a junior file (atomically), of tensors and plain values only, as a checkpoint."""
+    from ace_hybrid.training.checkpoint import plain
+
     state = {"format": JUNIOR_FORMAT, "kind": "junior", "config": junior.config.to_dict(),
              "actor": {k: torch.from_numpy(v) for k, v in junior.policy.policy_state().items()},
-             "normalizer": junior.normalizer.state_dict(), "action_set": junior.action_set, "fit": junior.fit}
+             "normalizer": plain(junior.normalizer.state_dict()), "action_set": junior.action_set, "fit": junior.fit}
     return atomic_write(path, lambda f: torch.save(state, f))
 
 
@@ -184,3 +198,26 @@ def init_from_junior(run: Any, path: str | Path) -> None:
         raise ValueError(f"train.init_policy = {path}: the junior's network does not fit this run's "
                          f"(sac.hidden, sac.head, sac.embed_dim): {exc}") from None
     run.normalizer.load_state_dict(state["normalizer"])
+
+
+def store_tutor_data(run: Any, folder: str | Path) -> int:
+    """Put every decision of a collection into a new run's validated partition (``train.tutor_data``); returns how
+    many. The collection must be of the run's grid, weeks, episodes and action set (the message names the key)."""
+    meta = read_meta(folder)
+    theirs, mine = meta["config"]["env"], run.cfg.to_dict()["env"]
+    for key in _SAME_EPISODES:
+        if theirs.get(key) != mine.get(key):
+            raise ValueError(f"train.tutor_data = {folder}: collected with env.{key} = {theirs.get(key)!r}, this run "
+                             f"has {mine.get(key)!r}")
+    own = None if run.actions.is_full else [int(i) for i in run.actions.indices]
+    if meta["action_set"] != own:
+        raise ValueError(f"train.tutor_data = {folder}: collected over another action set than this run's")
+    d = load_decisions(folder)
+    if len(d) > run.replay.validated_capacity:
+        raise ValueError(f"train.tutor_data = {folder} holds {len(d)} decisions, more than replay.validated_capacity "
+                         f"= {run.replay.validated_capacity}: raise it")
+    if not run.cfg.train.init_policy:
+        run.normalizer.update(d.obs)
+    run.replay.add_validated_batch(d.obs, d.action, d.reward.astype(np.float64), d.next_obs, d.done, d.truncated,
+                                   d.episode, d.decision, np.zeros(len(d)), np.ones(len(d), bool))
+    return len(d)

@@ -158,10 +158,13 @@ def _open(cfg: Config | None, run_dir: Path, resume: bool, total_env_steps: int 
     _remove_stale_temps(run_dir)
     (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
     run = Run(cfg, run_dir)
-    if cfg.train.init_policy:
-        from ace_hybrid.training.junior import init_from_junior
+    if cfg.train.init_policy or cfg.train.tutor_data:
+        from ace_hybrid.training.junior import init_from_junior, store_tutor_data
 
-        init_from_junior(run, cfg.train.init_policy)
+        if cfg.train.init_policy:
+            init_from_junior(run, cfg.train.init_policy)
+        if cfg.train.tutor_data:
+            store_tutor_data(run, cfg.train.tutor_data)
     attach_llm(run)
     return run
 

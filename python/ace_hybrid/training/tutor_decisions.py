@@ -52,6 +52,8 @@ class Decisions(NamedTuple):
     next_obs: np.ndarray
     done: np.ndarray
     truncated: np.ndarray
+    decision: np.ndarray
+    """(N,) int64 the index of the decision within its episode."""
 
     def __len__(self) -> int:
         return int(self.action.shape[0])
@@ -284,7 +286,7 @@ def load_decisions(folder: str | Path, limit: int | None = None) -> Decisions:
     cols = {c: np.concatenate(v)[:limit] for c, v in parts.items()}
     return Decisions(obs=cols["obs"], action=cols["action"], mask=cols["mask"], episode=cols["episode"],
                      step=cols["step"], reward=cols["reward"], next_obs=cols["next_obs"], done=cols["done"],
-                     truncated=cols["truncated"])
+                     truncated=cols["truncated"], decision=cols["decision"])
 
 
 def config_of(folder: str | Path) -> Config:
