@@ -503,7 +503,7 @@ def test_deploy_topk_expands_a_training_row_and_fails_naming_the_row(tmp_path: P
         _refuses_sac_row(tmp_path, f"deploy_topk = {bad}", message)
     path = write_experiment(tmp_path / "bad.toml", rows='[[rows]]\nname = "Greedy"\nkind = "greedy"\n'
                                                        'deploy_topk = [0, 8]\n')
-    with pytest.raises(ValueError, match=r"rows\[0\]\.deploy_topk \(row 'Greedy'\): kind 'greedy' trains no policy"):
+    with pytest.raises(ValueError, match=r"rows\[0\]\.deploy_topk \(row 'Greedy'\): kind 'greedy' has no policy"):
         ex.load_experiment(path)
     path = write_experiment(tmp_path / "bad.toml", rows='[[rows]]\nname = "SAC"\nkind = "sac-only"\n'
                                                        'deploy_topk = [0]\n\n[[rows]]\nname = "SAC alone"\n'

@@ -145,11 +145,13 @@ def test_an_experiment_row_tests_the_junior_its_set_names(collection: Path, tmp_
     from tiny_settings import experiment_file, rows
 
     path = save_junior(tmp_path / "junior.pt", fit_junior(collection, epochs=2, progress=False))
-    table = rows(("DoNothing", "do-nothing"), ("Junior", "junior", f'set = ["train.init_policy={path}"]'))
+    table = rows(("DoNothing", "do-nothing"),
+                 ("Junior", "junior", f'set = ["train.init_policy={path}"]', "deploy_topk = [0, 2]"))
     result = run_experiment(load_experiment(experiment_file(tmp_path / "x.toml", table)), tmp_path / "out",
                             progress=False)
     cells = json.loads((tmp_path / "out" / "results.json").read_text())
-    assert {r["id"] for r in cells["rows"]} >= {"donothing", "junior"} and "Junior" in result["markdown"]
+    assert {r["id"] for r in cells["rows"]} >= {"donothing", "junior-alone", "junior-top2"}
+    assert "Junior + top-2 check" in result["markdown"]
     with pytest.raises(ValueError, match="kind junior.*no train.init_policy"):
         load_experiment(experiment_file(tmp_path / "y.toml", rows(("Junior", "junior"))))
 

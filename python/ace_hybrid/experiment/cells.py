@@ -90,14 +90,16 @@ def tutor_agent(env: Any, cfg: Config) -> Any:
     return make_tutor(env, cfg)
 
 
-def baseline_agent(kind: str, env: Any, cfg: Config, greedy_budget: int) -> Any:
-    """The agent of a baseline row, under the configuration's danger threshold."""
+def baseline_agent(kind: str, env: Any, cfg: Config, greedy_budget: int, topk: int | None = None,
+                   shortlist: int | None = None) -> Any:
+    """The agent of a baseline row, under the configuration's danger threshold (a junior alone, or with the top-k
+    check of ``topk`` and ``shortlist`` as the row's ``deploy_topk`` asks)."""
     from ace_hybrid.agents import make_agent
 
     if kind == "tutor":
         return tutor_agent(env, cfg)
     if kind == "junior":
-        return make_agent(f"checkpoint:{cfg.train.init_policy}", env, topk=0)
+        return make_agent(f"checkpoint:{cfg.train.init_policy}", env, topk=topk or 0, cfg=cfg, shortlist=shortlist)
     return make_agent(kind, env, budget=greedy_budget, cfg=cfg)  # the kinds of baselines are make_agent's names
 
 
@@ -181,7 +183,7 @@ def run_cell(spec: ExperimentSpec, row: RowSpec, seed: int | None, cfg: Config, 
             return make_agent(policy, env, topk=row.topk, cfg=cfg, shortlist=row.shortlist)
     else:
         def build(env: Any) -> Any:
-            return baseline_agent(row.kind, env, cfg, spec.greedy_budget)
+            return baseline_agent(row.kind, env, cfg, spec.greedy_budget, row.topk, row.shortlist)
     agent = build(test_env)
     report = evaluate(test_env, agent, spec.pairs, agent_name=row.name, max_steps=spec.test_max_steps or None,
                       progress=cfg.log.progress)

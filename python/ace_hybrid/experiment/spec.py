@@ -119,6 +119,8 @@ its LLM roles; sb3-contrib's MaskablePPO at the same budget (its last model: no 
 NO_LLM_KINDS: tuple[str, ...] = ("sac-only", "expert-guided", "maskable-ppo")
 """Training rows without an LLM: ``llm.backend=none`` is fixed for them."""
 ROW_KINDS: tuple[str, ...] = BASELINE_KINDS + TRAINING_KINDS
+POLICY_KINDS: tuple[str, ...] = (*TRAINING_KINDS, "junior")
+"""Rows of a policy, which ``deploy_topk`` may test alone and with the top-k check."""
 LLM_KINDS: tuple[str, ...] = ("lac", "ace")
 """Rows that take the experiment's ``ace_set``."""
 RENAMED_KINDS = {"donothing": "do-nothing", "llm_lac": "lac", "sac_only": "sac-only"}
@@ -358,9 +360,9 @@ def _check_shortlists(shortlists: Any, topks: Any, name: str, where: str) -> Non
 
 
 def _check_topks(topks: Any, kind: str, name: str, where: str) -> None:
-    if kind not in TRAINING_KINDS:
-        raise ValueError(f"{where}.deploy_topk (row {name!r}): kind {kind!r} trains no policy; deploy_topk belongs to "
-                         f"the training rows ({', '.join(TRAINING_KINDS)})")
+    if kind not in POLICY_KINDS:
+        raise ValueError(f"{where}.deploy_topk (row {name!r}): kind {kind!r} has no policy; deploy_topk belongs to "
+                         f"the rows of a policy ({', '.join(POLICY_KINDS)})")
     if (not isinstance(topks, list) or not topks
             or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 0 for k in topks)
             or len(set(topks)) != len(topks)):
