@@ -4,6 +4,7 @@ worker processes and networks; the sandbox grid at a tiny size)."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -171,3 +172,32 @@ def test_a_run_starts_with_the_tutor_data_in_its_validated_partition(collection:
         train(load_config(None, [*base, "env.train_scenarios=[1]"]), tmp_path / "other")
     with pytest.raises(ValueError, match=r"more than replay.validated_capacity = 10"):
         train(load_config(None, [*base, "replay.validated_capacity=10"]), tmp_path / "small")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_killed_collection_leaves_no_worker_and_the_rerun_matches(collection: Path, tmp_path: Path) -> None:
+    import subprocess
+    import time
+
+    from process_fixtures import assert_children_exit_with_parent
+
+    folder = tmp_path / "killed"
+    code = ("from ace_hybrid.config import load_config; from ace_hybrid.training.tutor_decisions import "
+            f"collect_decisions; collect_decisions(load_config(None, {COLLECT!r}), {str(folder)!r}, 100000, jobs=2, "
+            "progress=False)")
+    parent = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 180
+        while not (folder / "episodes" / "ep-000000.npz").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert (folder / "episodes" / "ep-000000.npz").exists(), "no episode was written"
+        out = subprocess.run(["pgrep", "-P", str(parent.pid)], capture_output=True, text=True).stdout
+        workers = [int(w) for w in out.split()]
+        assert workers, "the workers did not start"
+        assert_children_exit_with_parent(parent, workers, timeout=20)
+    finally:
+        parent.kill()
+    kept, theirs = load_decisions(folder), load_decisions(collection)  # every file left is whole
+    n = min(len(kept), len(theirs))
+    np.testing.assert_array_equal(kept.action[:n], theirs.action[:n])
+    np.testing.assert_array_equal(kept.obs[:n], theirs.obs[:n])

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import multiprocessing
+import os
 import time
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -25,6 +26,7 @@ import numpy as np
 
 from ace_hybrid.config import Config, config_from_dict
 from ace_hybrid.files import atomic_write, atomic_write_json
+from ace_hybrid.processes import start_child
 from ace_hybrid.training.dealer import Grant
 from ace_hybrid.training.rollout import PolicyWeights, RolloutWorker, WorkerSpec, episode_of
 
@@ -114,7 +116,7 @@ def collect_decisions(cfg: Config, folder: str | Path, decisions: int, *, jobs: 
     started = time.perf_counter()
     bar = _bar(progress, decisions, _prefix(counts)[1])
     ctx = multiprocessing.get_context("spawn")
-    with ctx.Pool(jobs, initializer=_init_worker, initargs=(cfg, indices)) as pool:
+    with ctx.Pool(jobs, initializer=_init_worker, initargs=(os.getpid(), cfg, indices)) as pool:
         pending: dict[int, Any] = {}
         k = 0
         while True:
@@ -222,9 +224,10 @@ class _RecordingTutor:
         return self.tutor.choose(obs)
 
 
-def _init_worker(cfg: Config, indices: list[int] | None) -> None:
+def _init_worker(parent: int, cfg: Config, indices: list[int] | None) -> None:
     import torch
 
+    start_child(parent)  # a killed collection leaves no worker playing on
     torch.set_num_threads(1)
     cfg = _tutor_everywhere(cfg)
     worker = RolloutWorker(WorkerSpec(0, cfg, indices), _OneEpisode(0), batch_steps=1)
