@@ -153,6 +153,15 @@ def test_an_experiment_row_tests_the_junior_its_set_names(collection: Path, tmp_
     cells = json.loads((tmp_path / "out" / "results.json").read_text())
     assert {r["id"] for r in cells["rows"]} >= {"donothing", "junior-alone", "junior-top2"}
     assert "Junior + top-2 check" in result["markdown"]
+    import subprocess
+
+    tool = Path(__file__).resolve().parents[1] / "tools" / "compare_rows.py"
+    out = subprocess.run([sys.executable, str(tool), str(tmp_path / "out" / "results.json"), "junior-top2",
+                          "junior-alone"], capture_output=True, text=True, check=True).stdout
+    assert "| Junior + top-2 check | Junior (policy alone) |" in out and "[" in out  # an interval beside it
+    bad = subprocess.run([sys.executable, str(tool), str(tmp_path / "out" / "results.json"), "nope", "junior-alone"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "no row nope" in bad.stderr
     with pytest.raises(ValueError, match="kind junior.*no train.init_policy"):
         load_experiment(experiment_file(tmp_path / "y.toml", rows(("Junior", "junior"))))
 
