@@ -562,6 +562,10 @@ def test_expert_guided_rows_have_a_tutor_and_sac_only_rows_none(tmp_path: Path) 
                                          r"expert-guided"):
         ex.load_experiment(write_experiment(tmp_path / "sac.toml", rows='[[rows]]\nname = "SAC"\nkind = "sac-only"\n'
                                                                          'set = ["train.tutor_steps=40"]\n'))
+    with pytest.raises(ValueError, match=r"row 'SAC' \(kind sac-only\) has train.tutor_steps = 0 and "
+                                         r"train.tutor_data = 'tutor-dir': .*use kind expert-guided"):
+        ex.load_experiment(write_experiment(tmp_path / "sac2.toml", rows='[[rows]]\nname = "SAC"\nkind = "sac-only"\n'
+                                                                          'set = ["train.tutor_data=tutor-dir"]\n'))
     spec = ex.load_experiment(write_experiment(tmp_path / "ok.toml", rows=guided + 'set = ["train.tutor_steps=40"]\n'))
     cfg = spec.row_config(spec.rows[0], 0)
     assert spec.rows[0].trains and cfg.train.tutor_steps == 40 and cfg.llm.backend == "none"

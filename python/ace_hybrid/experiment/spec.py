@@ -284,9 +284,9 @@ def _check_kind(row: RowSpec, cfg: Config) -> None:
                          f"give the tutor's warm start in the row's set (e.g. train.tutor_steps=5000), or use kind "
                          f"sac-only")
     if row.kind == "sac-only" and (cfg.train.tutor_steps > 0 or cfg.train.tutor_data):
-        raise ValueError(f"row {row.name!r} (kind sac-only) has train.tutor_steps = {cfg.train.tutor_steps} / "
-                         f"train.tutor_data = {cfg.train.tutor_data!r}: with the tutor's decisions it is expert-guided "
-                         f"RL: use kind expert-guided")
+        data = f" and train.tutor_data = {cfg.train.tutor_data!r}" if cfg.train.tutor_data else ""
+        raise ValueError(f"row {row.name!r} (kind sac-only) has train.tutor_steps = {cfg.train.tutor_steps}{data}: "
+                         f"with the tutor's decisions it is expert-guided RL: use kind expert-guided")
     if row.kind == "junior" and not cfg.train.init_policy:
         raise ValueError(f"row {row.name!r} (kind junior) has no train.init_policy: name the junior file in the row's "
                          f"set (e.g. train.init_policy=runs/junior/junior-5k.pt, made by ace-hybrid junior fit)")
