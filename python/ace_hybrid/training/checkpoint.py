@@ -29,7 +29,7 @@ from ace_hybrid.training.ace import REFINEMENTS_LOG, attach_llm
 from ace_hybrid.training.metrics import truncate_jsonl
 from ace_hybrid.training.run import Counters, Run
 
-__all__ = ["CHECKPOINT_FORMAT", "load_checkpoint_file", "plain", "read_torch_file", "restore", "save_checkpoint"]
+__all__ = ["CHECKPOINT_FORMAT", "checked_checkpoint", "load_checkpoint_file", "plain", "read_torch_file", "restore", "save_checkpoint"]
 
 CHECKPOINT_FORMAT = 1
 
@@ -137,7 +137,11 @@ def load_checkpoint_file(path: str | Path) -> dict[str, Any]:
         Naming ``path``: not a readable checkpoint (damaged, or holding objects a checkpoint never holds, which
         are refused without running them), or not one of ours.
     """
-    state = read_torch_file(path)
+    return checked_checkpoint(read_torch_file(path), path)
+
+
+def checked_checkpoint(state: Any, path: str | Path) -> dict[str, Any]:
+    """``state``, read from ``path``, if it is a complete checkpoint of ours; else ValueError naming ``path``."""
     if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
         raise ValueError(f"{path} is not an ace_hybrid checkpoint of format {CHECKPOINT_FORMAT}")
     missing = [k for k in _KEYS if k not in state]

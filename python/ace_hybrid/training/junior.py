@@ -28,8 +28,8 @@ from ace_hybrid.grid.features import RunningNormalizer
 from ace_hybrid.sac import SACPolicy
 from ace_hybrid.training.tutor_decisions import Decisions, config_of, load_decisions, read_meta
 
-__all__ = ["HOLDOUT_EVERY", "JUNIOR_FORMAT", "Junior", "fit_junior", "init_from_junior", "load_junior",
-           "save_junior", "store_tutor_data"]
+__all__ = ["HOLDOUT_EVERY", "JUNIOR_FORMAT", "Junior", "checked_junior", "fit_junior", "init_from_junior",
+           "is_junior", "load_junior", "save_junior", "store_tutor_data"]
 
 _SAME_EPISODES = ("name", "data", "train_scenarios", "train_seed_start", "action_set", "threshold", "start_spread",
                   "max_episode_steps")
@@ -43,10 +43,16 @@ _KEYS = ("format", "kind", "config", "actor", "normalizer", "action_set", "fit")
 
 
 class Junior(NamedTuple):
+    """A fitted junior (:func:`fit_junior`), as :func:`save_junior` writes it."""
+
     policy: SACPolicy
+    """The actor network, cloned on the tutor's decisions."""
     normalizer: RunningNormalizer
+    """The feature statistics of the decisions it trained on."""
     config: Config
+    """The configuration the decisions were collected with."""
     action_set: list[int] | None
+    """Catalog indices of its actions (None: the whole catalog)."""
     fit: dict[str, Any]
     """How it was trained: decisions, epochs, accuracies per epoch, seconds."""
 
@@ -174,7 +180,16 @@ def load_junior(path: str | Path) -> dict[str, Any]:
     """A junior file's contents, or a clear error for a missing, foreign or damaged file."""
     from ace_hybrid.training.checkpoint import read_torch_file
 
-    state = read_torch_file(path)
+    return checked_junior(read_torch_file(path), path)
+
+
+def is_junior(state: Any) -> bool:
+    """What :func:`~ace_hybrid.training.checkpoint.read_torch_file` read is a junior file (else a checkpoint)."""
+    return isinstance(state, dict) and state.get("kind") == "junior"
+
+
+def checked_junior(state: Any, path: str | Path) -> dict[str, Any]:
+    """``state``, read from ``path``, if it is a complete junior file; else ValueError naming ``path``."""
     if not isinstance(state, dict) or state.get("kind") != "junior" or state.get("format") != JUNIOR_FORMAT:
         raise ValueError(f"{path} is not an ace_hybrid junior file of format {JUNIOR_FORMAT}")
     missing = [k for k in _KEYS if k not in state]

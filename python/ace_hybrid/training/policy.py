@@ -13,7 +13,7 @@ from ace_hybrid.grid.action_set import ActionSet
 from ace_hybrid.grid.catalog import ActionCatalog
 from ace_hybrid.grid.features import ObservationFeatures, RunningNormalizer
 from ace_hybrid.sac import DiscreteSAC, SACPolicy
-from ace_hybrid.training.checkpoint import load_checkpoint_file, read_torch_file
+from ace_hybrid.training.checkpoint import checked_checkpoint, read_torch_file
 from ace_hybrid.training.run import Run
 
 __all__ = ["SACAgent", "agent_of", "load_agent"]
@@ -50,11 +50,11 @@ def load_agent(path: str | Path, env: Any, topk: int | None = None, shortlist: i
     ``ace-hybrid evaluate --agent checkpoint:PATH`` (``topk`` and
     ``shortlist`` override the run's ``env.deploy_topk`` and ``env.deploy_shortlist``; see
     :func:`~ace_hybrid.grid.agents.deployed_check`)."""
-    from ace_hybrid.training.junior import load_junior
+    from ace_hybrid.training.junior import checked_junior, is_junior
 
-    junior = read_torch_file(path)
-    junior = isinstance(junior, dict) and junior.get("kind") == "junior"
-    state = load_junior(path) if junior else load_checkpoint_file(path)
+    state = read_torch_file(path)
+    junior = is_junior(state)
+    state = checked_junior(state, path) if junior else checked_checkpoint(state, path)
     cfg = config_from_dict(state["config"])
     actions = ActionSet(ActionCatalog.for_env(env), state.get("action_set"))
     features = ObservationFeatures(env)
