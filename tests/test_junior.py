@@ -210,3 +210,18 @@ def test_a_killed_collection_leaves_no_worker_and_the_rerun_matches(collection: 
     n = min(len(kept), len(theirs))
     np.testing.assert_array_equal(kept.action[:n], theirs.action[:n])
     np.testing.assert_array_equal(kept.obs[:n], theirs.obs[:n])
+
+
+def test_a_refitted_junior_is_another_input_for_an_experiment_cell(collection: Path, tmp_path: Path) -> None:
+    from ace_hybrid.experiment import load_experiment, run_experiment
+
+    from tiny_settings import experiment_file, rows
+
+    path = save_junior(tmp_path / "junior.pt", fit_junior(collection, epochs=1, progress=False))
+    spec = load_experiment(experiment_file(tmp_path / "x.toml", rows(
+        ("Junior", "junior", f'set = ["train.init_policy={path}"]'))))
+    run_experiment(spec, tmp_path / "out", progress=False)
+    run_experiment(spec, tmp_path / "out", progress=False)  # the same file: the cell is reused
+    save_junior(path, fit_junior(collection, epochs=2, progress=False))
+    with pytest.raises(ValueError, match="made with another configuration"):
+        run_experiment(spec, tmp_path / "out", progress=False)

@@ -46,7 +46,23 @@ def _settings(cfg: Config) -> dict[str, Any]:
     # Renamed keys under their first names: a rename does not change what a cell computes, nor its fingerprint.
     settings = without_added_defaults(renamed_keys(json.loads(json.dumps(cfg.to_dict())), first_names=True))
     settings.pop("log", None)
-    return settings
+    return {**settings, **_input_files(cfg)}
+
+
+def _input_files(cfg: Config) -> dict[str, str]:
+    """Digests of the files a configuration names by path (a junior, tutor data): a file refitted or a collection
+    grown under the same name is another input, so its cells are not reused. Added only when set."""
+    digests = {}
+    if cfg.train.init_policy:
+        path = Path(cfg.train.init_policy)
+        digests["init_policy_sha256"] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "missing"
+    if cfg.train.tutor_data:
+        folder = Path(cfg.train.tutor_data)
+        listing = [(p.name, p.stat().st_size) for p in sorted((folder / "episodes").glob("ep-*.npz"))]
+        meta = json.loads((folder / "tutor.json").read_text()) if (folder / "tutor.json").is_file() else {}
+        made = [meta.get("config"), meta.get("action_set")]  # not its summary, which a rerun rewrites
+        digests["tutor_data_sha256"] = hashlib.sha256(json.dumps([made, listing]).encode()).hexdigest()
+    return digests
 
 
 def training_fingerprint(cfg: Config, ppo: PPOSettings | None = None) -> str:

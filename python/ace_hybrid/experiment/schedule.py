@@ -96,8 +96,8 @@ def _finished_cells(spec: ExperimentSpec, plan: Sequence[Cell], out: Path) -> di
         if path.is_file():
             cell = json.loads(path.read_text())
             if cell.get("fingerprint") != fingerprint(spec, row, cfg):
-                raise ValueError(f"{path} was made with another configuration or other test pairs: delete it to "
-                                 f"rerun that cell, or use another --out")
+                raise ValueError(f"{path} was made with another configuration, other test pairs or other input "
+                                 f"files (a junior, tutor data): delete it to rerun that cell, or use another --out")
             done[cell_id(row, seed)] = cell
     return done
 

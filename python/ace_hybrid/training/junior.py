@@ -128,7 +128,8 @@ def fit_junior(folder: str | Path, decisions: int | None = None, *, validation: 
             loss.backward()
             opt.step()
         acc = (_accuracy(policy, *t), _accuracy(policy, *v))
-        history.append({"epoch": epoch + 1, "train_accuracy": round(acc[0], 4), "validation_accuracy": round(acc[1], 4)})
+        history.append({"epoch": epoch + 1, "train_accuracy": round(acc[0], 4),
+                        "validation_accuracy": round(acc[1], 4)})
         score = acc[1] if len(val) else float(epoch)
         if score > best:
             best, best_state = score, {k: p.detach().clone() for k, p in policy.actor.state_dict().items()}
