@@ -225,3 +225,17 @@ def test_a_refitted_junior_is_another_input_for_an_experiment_cell(collection: P
     save_junior(path, fit_junior(collection, epochs=2, progress=False))
     with pytest.raises(ValueError, match="made with another configuration"):
         run_experiment(spec, tmp_path / "out", progress=False)
+
+
+def test_junior_errors_tool_reports_where_the_junior_departs_from_its_tutor(collection: Path, tmp_path: Path) -> None:
+    import subprocess
+
+    # The scripted collection has held-out episodes (9, 19, 29), which the tiny real one lacks.
+    _scripted_collection(collection, tmp_path / "scripted")
+    path = save_junior(tmp_path / "junior.pt", fit_junior(tmp_path / "scripted", epochs=40, lr=3e-3,
+                                                          progress=False))
+    tool = Path(__file__).resolve().parents[1] / "tools" / "junior_errors.py"
+    out = subprocess.run([sys.executable, str(tool), str(tmp_path / "scripted"), str(path)], capture_output=True,
+                         text=True, check=True).stdout
+    accuracy = float(out.split(f"| {path} | ")[1].split("%")[0])
+    assert out.startswith("90 held-out decisions") and accuracy >= 70.0

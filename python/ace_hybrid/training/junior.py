@@ -28,7 +28,7 @@ from ace_hybrid.grid.features import RunningNormalizer
 from ace_hybrid.sac import SACPolicy
 from ace_hybrid.training.tutor_decisions import Decisions, config_of, load_decisions, read_meta
 
-__all__ = ["HOLDOUT_EVERY", "JUNIOR_FORMAT", "Junior", "checked_junior", "fit_junior", "init_from_junior",
+__all__ = ["HOLDOUT_EVERY", "JUNIOR_FORMAT", "Junior", "action_features", "checked_junior", "fit_junior", "init_from_junior",
            "is_junior", "load_junior", "save_junior", "store_tutor_data"]
 
 _SAME_EPISODES = ("name", "data", "train_scenarios", "train_seed_start", "action_set", "threshold", "start_spread",
@@ -109,8 +109,8 @@ def fit_junior(folder: str | Path, decisions: int | None = None, *, validation: 
     normalizer = RunningNormalizer(train.obs.shape[1])
     normalizer.update(train.obs)
     torch.manual_seed(seed)
-    policy = SACPolicy(train.obs.shape[1], train.mask.shape[1], cfg.sac, action_features=_action_features(cfg, meta),
-                       seed=seed)
+    policy = SACPolicy(train.obs.shape[1], train.mask.shape[1], cfg.sac,
+                       action_features=action_features(cfg, meta["action_set"]), seed=seed)
     t = _tensors(train, normalizer)
     v = _tensors(val, normalizer)
     opt = torch.optim.Adam(policy.actor.parameters(), lr=lr)
@@ -154,15 +154,15 @@ def _tensors(d: Decisions, normalizer: RunningNormalizer) -> tuple[torch.Tensor,
     return torch.from_numpy(x), torch.from_numpy(d.action), torch.from_numpy(d.mask)
 
 
-def _action_features(cfg: Config, meta: dict[str, Any]) -> np.ndarray:
-    """The action set's features, as the run builds its networks with them."""
+def action_features(cfg: Config, action_set: list[int] | None) -> np.ndarray:
+    """The features of the action set ``action_set`` of ``cfg``'s grid, as a run builds its networks with them."""
     from ace_hybrid.grid.action_set import ActionSet
     from ace_hybrid.grid.catalog import ActionCatalog
     from ace_hybrid.grid.env import make_config_env
 
     env = make_config_env(cfg)
     try:
-        return ActionSet(ActionCatalog.for_env(env), meta["action_set"]).features()
+        return ActionSet(ActionCatalog.for_env(env), action_set).features()
     finally:
         env.close()
 

@@ -1,0 +1,53 @@
+"""Where a junior departs from its tutor, on the held-out episodes of the collection it was fitted on: its accuracy,
+how often each acts, how often it acts where the tutor did nothing (and the reverse), and the one-line control
+(the most frequent legal action of the training episodes).
+
+    PYTHONPATH=python python tools/junior_errors.py runs/junior/tutor-train runs/junior/junior-9.6k.pt
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from ace_hybrid.config import config_from_dict
+from ace_hybrid.grid.features import RunningNormalizer
+from ace_hybrid.sac import SACPolicy
+from ace_hybrid.training.junior import HOLDOUT_EVERY, action_features, load_junior
+from ace_hybrid.training.tutor_decisions import load_decisions
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("data", help="the collection the junior was fitted on (ace-hybrid junior collect --out)")
+    parser.add_argument("juniors", nargs="+", help="junior files (ace-hybrid junior fit --out)")
+    args = parser.parse_args()
+    d = load_decisions(args.data)
+    held = d.episode % HOLDOUT_EVERY == HOLDOUT_EVERY - 1
+    if not held.any():
+        parser.error(f"{args.data} has no held-out episode (every {HOLDOUT_EVERY}th): collect more")
+    tutor, masks = d.action[held], d.mask[held]
+    counts = np.bincount(d.action[~held], minlength=d.mask.shape[1])
+    rule = np.where(masks, counts, -1).argmax(1)
+    print(f"{int(held.sum())} held-out decisions; the tutor does nothing at {np.mean(tutor == 0):.1%}; the most "
+          f"frequent legal action of the training episodes matches it at {np.mean(rule == tutor):.1%}\n")
+    print("| Junior | accuracy | does nothing | acts where the tutor did nothing | does nothing where it acted |\n"
+          "|:---|---:|---:|---:|---:|")
+    for path in args.juniors:
+        state = load_junior(path)
+        cfg = config_from_dict(state["config"])
+        policy = SACPolicy(d.obs.shape[1], d.mask.shape[1], cfg.sac, action_features=action_features(
+            cfg, state["action_set"]), seed=0)
+        policy.load_policy_state({k: v.numpy() for k, v in state["actor"].items()})
+        normalizer = RunningNormalizer(d.obs.shape[1])
+        normalizer.load_state_dict(state["normalizer"])
+        chosen = np.array([policy.act(x, m, deterministic=True) for x, m in zip(normalizer(d.obs[held]), masks)])
+        nothing = tutor == 0
+        print(f"| {path} | {np.mean(chosen == tutor):.1%} | {np.mean(chosen == 0):.1%} | "
+              f"{np.mean(chosen[nothing] != 0) if nothing.any() else float('nan'):.1%} | "
+              f"{np.mean(chosen[~nothing] == 0) if (~nothing).any() else float('nan'):.1%} |")
+
+
+if __name__ == "__main__":
+    main()
