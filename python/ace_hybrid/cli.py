@@ -247,6 +247,14 @@ def _add_evaluate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     ev.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
+def _add_training_config(parser: argparse.ArgumentParser) -> None:
+    """``--config`` and ``--set``: a training configuration, as ``train`` and ``junior collect`` take it."""
+    parser.add_argument("--config", type=_toml_argument("configs"), default=None, metavar="FILE|NAME",
+                        help=f"a TOML file, or a shipped configuration by name ({_names_hint('configs')})")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override one field, e.g. --set sac.lr_actor=1e-4 --set train.total_env_steps=5000")
+
+
 def _add_train(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     tr = sub.add_parser(
         "train",
@@ -257,10 +265,7 @@ def _add_train(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "then every --set key=value. A run directory holds checkpoints, the replay, metrics.jsonl, TensorBoard "
         "events and evaluations; --resume continues a stopped run from its last checkpoint.",
     )
-    tr.add_argument("--config", type=_toml_argument("configs"), default=None, metavar="FILE|NAME",
-                    help=f"a TOML file, or a shipped configuration by name ({_names_hint('configs')})")
-    tr.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                    help="override one field, e.g. --set sac.lr_actor=1e-4 --set train.total_env_steps=5000")
+    _add_training_config(tr)
     tr.add_argument("--run-dir", type=Path, default=None, help="output folder (default runs/<env>-<time>)")
     tr.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR",
                     help="continue the run in RUN_DIR from its last checkpoint (only train.total_env_steps may "
@@ -360,10 +365,7 @@ def _add_junior(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     verbs = ju.add_subparsers(dest="verb", required=True, metavar="VERB")
     col = verbs.add_parser("collect", help="play training episodes with the tutor until N decisions are kept")
-    col.add_argument("--config", type=_toml_argument("configs"), default=None, metavar="FILE|NAME",
-                     help="the training configuration whose episodes, action set and tutor are used")
-    col.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                     help="override one field, as for train")
+    _add_training_config(col)  # its episodes, action set and tutor are the training run's
     col.add_argument("--decisions", type=positive_int, required=True, metavar="N", help="tutor decisions to keep")
     col.add_argument("--out", type=Path, required=True, help="the collection's folder (rerun to continue)")
     col.add_argument("--jobs", type=positive_int, default=1, metavar="N", help="episodes at once, one core each")
