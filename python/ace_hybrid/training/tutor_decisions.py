@@ -99,7 +99,7 @@ def collect_decisions(cfg: Config, folder: str | Path, decisions: int, *, jobs: 
     """Play training episodes 0, 1, ... with the tutor until they hold at least ``decisions`` tutor decisions.
 
     Rerunning continues (finished episodes are kept); a folder collected with another configuration is refused.
-    Returns the summary also written into ``tutor.json``: episodes, decisions, seconds, survival.
+    Returns the summary also written into ``tutor.json``: episodes, decisions, steps, blackouts, seconds.
 
     Raises
     ------
@@ -120,8 +120,8 @@ def collect_decisions(cfg: Config, folder: str | Path, decisions: int, *, jobs: 
         pending: dict[int, Any] = {}
         k = 0
         while True:
-            done_episodes, have = _prefix(counts)
-            # Keep every process busy until the gap-free prefix holds enough; never start an episode past it.
+            have = _prefix(counts)[1]
+            # Keep every process busy while the gap-free prefix of episodes holds too few decisions.
             while _prefix(counts)[1] < decisions and len(pending) < jobs:
                 while k in counts or k in pending:
                     k += 1
@@ -134,8 +134,9 @@ def collect_decisions(cfg: Config, folder: str | Path, decisions: int, *, jobs: 
                 continue
             for e in finished:
                 counts[e] = pending.pop(e).get()
-            bar.update(_prefix(counts)[1] - have)
-            bar.set_postfix(episodes=done_episodes)
+            episodes, now = _prefix(counts)
+            bar.update(now - have)
+            bar.set_postfix(episodes=episodes)
     bar.close()
     return _write_summary(folder, cfg, indices, time.perf_counter() - started)
 
