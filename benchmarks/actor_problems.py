@@ -27,8 +27,11 @@ from typing import Any
 
 import numpy as np
 
+# The reading and scoring of a labelled set live in the package (the training loop's exam uses them too).
+from ace_hybrid.llm.exam import (PROBLEM_FORMAT as FORMAT, bootstrap, choice_problem, expected_random,  # noqa: F401
+                                 first_choices, good_rate, position_controls, read_problem_set)
+
 ROOT = Path(__file__).resolve().parents[1]
-FORMAT = 2
 ENVS = ("l2rpn_case14_sandbox", "l2rpn_neurips_2020_track1")
 THRESHOLD, CANDIDATES, VALIDATION_STEPS, MAX_STEPS = 0.9, 8, 48, 1000
 ACE_MARGINS = (0.01, 0.05)
@@ -143,15 +146,6 @@ def _keep_if_bad(p: dict[str, Any], actor: Any, ace: Any, where: dict[str, Any],
 
 # ----------------------------------------------------------------------------- reading
 
-def choice_problem(problem: dict[str, Any], show_effects: bool = True) -> Any:
-    """The actor's first question for ``problem``, candidates in the shortlist's order."""
-    from ace_hybrid.llm.rankers import CandidateEffect, ChoiceProblem
-
-    effects = tuple(CandidateEffect(float(e[0]), int(e[1]), int(e[2]), bool(e[3])) for e in problem["effects"])
-    return ChoiceProblem(problem["state_text"], problem["rl_text"], problem["rl_outcome"], tuple(problem["texts"]),
-                         effects, (), show_effects)
-
-
 def best_candidate(problem: dict[str, Any]) -> int | None:
     """Position (shortlist order) of the validated best candidate, None when no candidate is good."""
     good = [i for i, g in enumerate(problem["good"]) if g]
@@ -189,10 +183,10 @@ def load_problems(path: Path, per_env: int, seed: int, rebuild: bool, envs: tupl
     """The problems of the set at ``path`` (``.json`` or ``.json.gz``) that offer a choice (two candidates or more);
     the set is built and saved first when missing, of another format, or when ``rebuild``."""
     if path.is_file() and not rebuild:
-        data = json.loads(_read_text(path))
-        if data.get("format") == FORMAT:
-            return [p for p in data["problems"] if len(p["candidates"]) >= 2]
-        print(f"{path} is of another format: rebuilding", file=sys.stderr)
+        try:
+            return [p for p in read_problem_set(path)["problems"] if len(p["candidates"]) >= 2]
+        except ValueError as exc:
+            print(f"{exc}: rebuilding", file=sys.stderr)
     return [p for p in build_set(path, per_env, seed, envs) if len(p["candidates"]) >= 2]
 
 
@@ -210,27 +204,7 @@ def build_set(path: Path, per_env: int, seed: int, envs: tuple[str, ...], first_
     return problems
 
 
-def _read_text(path: Path) -> str:
-    return gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
-
-
 # ----------------------------------------------------------------------------- statistics
-
-def expected_random(problem: dict[str, Any], rounds: int) -> tuple[float, float]:
-    """Exact accept and first-choice rates of a uniformly random order over the problem's candidates."""
-    n, g = len(problem["good"]), sum(problem["good"])
-    r = min(rounds, n)
-    return 1.0 - math.comb(n - g, r) / math.comb(n, r), g / n
-
-
-def bootstrap(values: np.ndarray, draws: int = 4000, seed: int = 0) -> tuple[float, float, float]:
-    """Mean and 95% percentile-bootstrap interval over the first axis."""
-    values = np.asarray(values, dtype=np.float64)
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(values), size=(draws, len(values)))
-    means = values[idx].mean(axis=1)
-    return float(values.mean()), float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
-
 
 def ci(values: Any, pct: bool = True) -> str:
     """"mean [low, high]" of a bootstrap over the values (in % points when ``pct``)."""
@@ -242,45 +216,6 @@ def diff_ci(values: Any) -> str:
     """A paired difference in points, signed: "+6.4 [+4.4, +8.6]"."""
     m, lo, hi = bootstrap(np.asarray(values, dtype=np.float64))
     return f"{100 * m:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]"
-
-
-# ----------------------------------------------------------------------------- first choices, position-controlled
-
-def first_choices(ranker: Any, problems: list[dict[str, Any]], orders: int, *, show_effects: bool = True,
-                  seed: int = 0, desc: str = "first choices") -> tuple[np.ndarray, np.ndarray]:
-    """Each problem asked ``orders`` times, its candidates in a seeded shuffled order each time (the same orders for
-    every ranker and model: seeds (seed, problem, k)). Returns (chosen, position), both (n_problems, orders) int:
-    the chosen candidate's index in the shortlist and the position it stood at (0 = A)."""
-    from tqdm.auto import tqdm
-
-    from ace_hybrid.llm.rankers import neutral_order
-
-    chosen = np.zeros((len(problems), orders), dtype=np.int64)
-    position = np.zeros_like(chosen)
-    for i, problem in enumerate(tqdm(problems, desc=desc, unit="problem", leave=False)):
-        base = choice_problem(problem, show_effects)
-        for k in range(orders):
-            order = neutral_order(len(base.texts), np.random.default_rng([seed, i, k]))
-            position[i, k] = ranker.choose(base.reordered(order))
-            chosen[i, k] = order[position[i, k]]
-    return chosen, position
-
-
-def good_rate(problems: list[dict[str, Any]], chosen: np.ndarray) -> np.ndarray:
-    """(n_problems,) share of each problem's choices that the simulator accepts."""
-    return np.array([np.mean([problems[i]["good"][c] for c in row]) for i, row in enumerate(chosen)])
-
-
-def position_controls(problems: list[dict[str, Any]]) -> dict[str, np.ndarray]:
-    """Per-problem first-choice good rates of the rankers that read nothing but positions: the shortlist's first
-    candidate, its best fixed position (chosen on these very problems: generous to the control), and any fixed
-    letter under the shuffled orders (exactly a random choice, g / n)."""
-    n = max(len(p["good"]) for p in problems)  # a problem with fewer candidates: its last one stands in
-    by_position = np.array([[float(p["good"][min(k, len(p["good"]) - 1)]) for k in range(n)] for p in problems])
-    best = int(np.argmax(by_position.mean(axis=0)))
-    return {"first candidate (shortlist order)": by_position[:, 0],
-            f"best fixed position (shortlist order: {'ABCDEFGHIJKLMNOPQRSTUVWXYZ'[best]})": by_position[:, best],
-            "any fixed letter, shuffled orders (= random)": np.array([expected_random(p, 1)[1] for p in problems])}
 
 
 def spread(position: np.ndarray, n: int) -> tuple[float, str]:

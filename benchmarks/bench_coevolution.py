@@ -36,18 +36,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import actor_problems as ap  # noqa: E402
+from ace_hybrid.llm.exam import EXAM_SPLITS as SPLITS  # noqa: E402
+from ace_hybrid.llm.exam import select as evaluation_problems, split_of  # noqa: E402
 from compare_peers import markdown_table, update_markdown  # noqa: E402
 
 DEFAULT_PROBLEMS = ap.ROOT / "benchmarks" / "data" / "coevolution_problems.json.gz"
 FIRST_EPISODE = 10_000
 """Episodes of this set start here: none is an episode of benchmarks/data/actor_problems.json."""
-SPLITS = ("train", "dev", "held-out")
-
-
-def split_of(problem: dict[str, Any]) -> str:
-    """held-out: episode seeds ending in 0 or 1; dev: ending in 2; train: the rest (whole episodes each)."""
-    last = problem["seed"] % 10
-    return "held-out" if last in (0, 1) else "dev" if last == 2 else "train"
 
 
 def training_stream(problems: list[dict[str, Any]], seed: int) -> list[dict[str, Any]]:
@@ -95,13 +90,6 @@ def prompt_tokens(backend: Any, problems: list[dict[str, Any]], show_effects: bo
     problems = [ap.choice_problem(p, show_effects) for p in problems[:50]]
     prompts = [p.prompt() for p in problems] if fmt == "letter" else [p.judge_prompt(0) for p in problems]
     return float(np.mean([len(backend.render(q)) for q in prompts]))
-
-
-def evaluation_problems(problems: list[dict[str, Any]], split: str, limit: int) -> list[dict[str, Any]]:
-    """The split's problems, or every k-th of them (k = its size / ``limit``, rounded) up to ``limit``: the grids
-    follow one another in the set, so each keeps its share."""
-    chosen = [p for p in problems if split_of(p) == split]
-    return chosen[:: max(1, round(len(chosen) / limit))][:limit] if limit else chosen
 
 
 def problem_key(problem: dict[str, Any]) -> tuple[str, int, int, int]:

@@ -831,6 +831,20 @@ def _validation_seeds() -> set[int]:
             for _, seed in read_toml(config, "config").get("env", {}).get("eval_pairs", [])}
 
 
+def _check_coevolution_loop(spec: ex.ExperimentSpec) -> None:
+    """The co-evolution experiment: its judge rows against make run's own ACE and expert-guided RL."""
+    assert len(spec.seeds) >= 2 and len(spec.primaries) >= 4
+    cfg = {row.train_id: spec.row_config(row, 0) for row in spec.rows if row.trains}
+    judge, frozen = cfg["ace-judge"].ace, cfg["ace-judge-frozen"].ace
+    assert (judge.ranker, judge.coevolve, judge.label_candidates) == ("judge", True, True)
+    assert (REPO / judge.exam).is_file() and judge.exam_size >= 150
+    assert (frozen.ranker, frozen.coevolve) == ("judge", False) and cfg["ace-sim"].ace.ranker == "sim"
+    # The simulation-ranker and expert-guided rows train what make run trains (the same runs for the same seeds).
+    make_run = ex.load_experiment(REPO / "experiments" / "make_run.toml", rows=["ace", "expert-guided-rl"])
+    ours = {ex.training_fingerprint(c) for key, c in cfg.items() if key in ("ace-sim", "expert-guided-rl")}
+    assert {ex.training_fingerprint(make_run.row_config(r, 0)) for r in make_run.rows} == ours
+
+
 @pytest.mark.parametrize("path", sorted((REPO / "experiments").glob("*.toml")), ids=lambda p: p.stem)
 def test_the_shipped_experiment_files_are_valid(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Generated sets are not in the checkout: a file naming one is checked against its splits where the set exists
@@ -864,9 +878,12 @@ def test_the_shipped_experiment_files_are_valid(path: Path, tmp_path: Path, monk
         # studies that choose a configuration
         assert "--on validation" in path.read_text()
         return
-    assert {"sac-only", "expert-guided", "do-nothing", "ace"} <= kinds and len(spec.primaries) >= 4
     # The top-7 check simulates at most 8 candidates: under a third of the greedy expert's 30.
     assert all(row.topk in (0, 7) for row in spec.rows if row.trains) and spec.greedy_budget >= 3 * 8
+    if path.stem == "coevolution_loop":
+        _check_coevolution_loop(spec)
+        return
+    assert {"sac-only", "expert-guided", "do-nothing", "ace"} <= kinds and len(spec.primaries) >= 4
     names = {r["name"] for r in read_toml(path, "experiment file")["rows"]}
     if path.stem in ("make_run", "paper_table"):
         assert {(p.a_name, p.b_name) for p in spec.primaries} >= {

@@ -257,6 +257,27 @@ def test_baseline_rankers_choose_without_the_llm(setting, ranker) -> None:
         snapshot.close()
 
 
+def test_labelling_every_candidate_keeps_the_refinement_and_gives_each_shown_candidate_a_verdict(setting) -> None:
+    env, obs, catalog, cfg = setting
+    mask = catalog.legal_mask(obs)
+    q = np.where(mask, np.arange(len(catalog), dtype=np.float32), -np.inf)
+    refs = {}
+    for label_all in (False, True):
+        snapshot = env.copy()
+        try:
+            actor = _actor(ScriptedBackend(), catalog, env, cfg, ranker="sim", candidates=6, label_all=label_all)
+            cands = actor.candidates(obs, q, rl_action=0)
+            refs[label_all] = actor.refine(snapshot, obs, 0, q_values=q, shortlist=cands, order_seed=3)
+        finally:
+            snapshot.close()
+    plain, labelled = refs[False], refs[True]
+    assert (labelled.accepted, labelled.action, labelled.tried) == (plain.accepted, plain.action, plain.tried)
+    assert labelled.verdicts[: len(plain.verdicts)] == plain.verdicts
+    assert sorted(k for k, _ in labelled.verdicts) == list(range(len(cands)))  # every candidate, once
+    if plain.accepted:
+        assert len(plain.verdicts) < len(cands)  # the rounds alone stop at the first accepted candidate
+
+
 class FirstLetterBackend(ScriptedBackend):
     """A model that answers by position: label A, whatever stands there (what SmolLM2-135M did)."""
 
@@ -389,6 +410,34 @@ def test_ace_fills_the_llm_partition_fine_tunes_and_resumes_with_its_adapter(tin
     assert resumed["env_steps"] == 160
     assert resumed["llm"]["calls"] >= llm["calls"] and resumed["llm"]["calls"] <= 40
     assert resumed["llm"]["accepted"] >= llm["accepted"]
+
+
+def test_the_co_evolving_judge_is_examined_round_by_round_and_resumes(tiny_lm, tmp_path) -> None:
+    exam = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "coevolution_problems.json.gz"
+    run = tmp_path / "judge"
+    summary = train(_ace(tiny_lm, 80, "ace.ranker=judge", "ace.finetune_every=3", "ace.probe_size=0",
+                         "ace.critic=false", f"ace.exam={exam}", "ace.exam_size=10"), run)
+    llm = summary["llm"]
+    assert llm["finetunes"] >= 1 and llm["coevolution_off"] is None, llm
+    first = llm["coevolution"][0]
+    assert first["exam_before"]["problems"] == 10 and first["exam_after"]["problems"] == 10
+    assert "minus_untrained" in first["exam_after"] and llm["finetune_seconds"] > 0
+    assert llm["exam_controls"]["simulation ranker (lowest simulated loading)"]["mean"] > 0
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    examined = [r for r in rows if "coevo/exam_accuracy" in r]
+    assert len(examined) == llm["finetunes"] and "coevo/exam_untrained_accuracy" in examined[0]
+    # The round-by-round figure and table read the run's metrics.
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("exam_curve", pathlib.Path(__file__).resolve().parents[1]
+                                                  / "tools" / "exam_curve.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    assert tool.main([str(run), "--out", str(tmp_path / "rounds.png")]) == 0
+    assert (tmp_path / "rounds.png").stat().st_size > 0
+    # Resume: the rounds so far and their exams carry over; the last adapter is loaded again.
+    resumed = train(None, run, resume=True, total_env_steps=100)
+    assert resumed["llm"]["coevolution"][: len(llm["coevolution"])] == llm["coevolution"]
 
 
 def test_the_budget_reserves_the_critic_share_and_paces_the_actor(tiny_lm, tmp_path) -> None:

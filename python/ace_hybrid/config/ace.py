@@ -93,13 +93,26 @@ class ACEConfig:
     finetune_every: int = 100
     """Fine-tune after every this many accepted refinements."""
     finetune_pairs: int = 64
-    """Accepted refinements per fine-tuning round, those with the largest r_hat - r."""
+    """Refinements per fine-tuning round: with the "llm" and "lac" rankers the accepted ones with the largest
+    r_hat - r; with "judge", the most recent since the last round, accepted or not (their verdicts)."""
     sft_orders: int = 2
     """Each of a round's refinements is shown under this many orders of its candidates, the accepted candidate's
     letter cycling evenly over the positions: the pairs teach which candidate was right, never a letter."""
     probe_size: int = 8
     """Bad transitions set aside (never refined or trained on) to measure the LLM's first-choice acceptance before
     and after each fine-tuning round on identical problems (0: no probe)."""
+    label_candidates: bool = False
+    """After each refinement the ranker took part in, validate every candidate it was shown that no round tried (48
+    simulated steps each, no LLM call), so the simulator labels them all: co-evolution's judge pairs then hold
+    GOOD and BAD verdicts from every refinement, accepted or not, where the rounds alone leave mostly the one
+    accepted candidate. The refinement itself is unchanged."""
+    exam: str = ""
+    """A labelled problem set (``benchmarks/data/coevolution_problems.json.gz``; :mod:`ace_hybrid.llm.exam`) whose
+    held-out problems the co-evolving LLM is examined on before its first fine-tuning round and after every round:
+    first-choice accuracy with its interval, beside the position-only controls and the simulation ranker, in the
+    ``coevo/exam_*`` metrics. The problems come from episodes no run trains on. "" (default): no exam."""
+    exam_size: int = 160
+    """Problems of the exam (both grids of the set in their shares; one judged prompt per candidate each)."""
     async_llm: bool = True
     """Run the LLM's work (the actor's refinements, the critic's rounds, co-evolution's fine-tuning) on a worker
     thread behind a bounded queue, so acting and learning never wait for it; results enter the replay when they
@@ -153,6 +166,7 @@ class ACEConfig:
         check(self.finetune_pairs >= 1, "ace.finetune_pairs", self.finetune_pairs, "must be >= 1")
         check(1 <= self.sft_orders <= 26, "ace.sft_orders", self.sft_orders, "must be in [1, 26]")
         check(0 <= self.probe_size <= 256, "ace.probe_size", self.probe_size, "must be in [0, 256]")
+        check(10 <= self.exam_size <= 5000, "ace.exam_size", self.exam_size, "must be in [10, 5000]")
         check(1 <= self.queue_size <= 10_000, "ace.queue_size", self.queue_size, "must be in [1, 10000]")
         check(self.queue_overflow in QUEUE_OVERFLOW, "ace.queue_overflow", self.queue_overflow,
                f"must be one of {QUEUE_OVERFLOW}")

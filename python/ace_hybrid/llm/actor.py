@@ -186,6 +186,9 @@ class PolicyActor:
         Danger threshold (the end of a simulated segment).
     candidates, max_rounds, validation_steps, min_improvement, ranker, lac_alpha, show_effects, do_nothing_first
         As in :class:`~ace_hybrid.config.ACEConfig`.
+    label_all
+        After a refinement that asked the ranker, validate every candidate it was shown that no round tried, so
+        its verdicts label them all (``ace.label_candidates``: co-evolution's judge pairs).
     seed
         Seed of the candidates' shown order, of the "random" ranker and of tie-breaking.
     """
@@ -194,7 +197,7 @@ class PolicyActor:
                  reward_fn: Callable[[Any, bool], float], threshold: float, candidates: int = 8, max_rounds: int = 5,
                  validation_steps: int = 48, min_improvement: float = 0.01, min_rho_drop: float = 0.05,
                  ranker: str = "llm", lac_alpha: float = 1.0, show_effects: bool = True, seed: int = 0,
-                 do_nothing_first: bool = False) -> None:
+                 do_nothing_first: bool = False, label_all: bool = False) -> None:
         if not 2 <= candidates <= len(LABELS):
             raise ValueError(f"candidates = {candidates} out of range [2, {len(LABELS)}]")
         if max_rounds < 1:
@@ -212,6 +215,7 @@ class PolicyActor:
         self.validation_steps, self.min_improvement = int(validation_steps), float(min_improvement)
         self.min_rho_drop = float(min_rho_drop)
         self.do_nothing_first = bool(do_nothing_first)
+        self.label_all = bool(label_all)
         self.stats = ActorStats()
         self._safe_rule: SafeRule | None = None
 
@@ -348,6 +352,9 @@ class PolicyActor:
             result.verdicts.append((first.index(action), self.better(outcome, baseline)))
             if result.verdicts[-1][1]:
                 self._accept(result, action, outcome, baseline, problem, choice)
-                return result
+                break
             failed.append((problem.texts[choice], describe_outcome(outcome)))
+        if self.label_all and result.first_problem is not None:
+            for action in shown:  # the candidates no round tried: labels only, the refinement is decided
+                result.verdicts.append((first.index(action), self.better(self._simulate(snapshot, action), baseline)))
         return result

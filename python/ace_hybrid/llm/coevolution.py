@@ -8,7 +8,9 @@ stays loaded: the next proposals come from the fine-tuned model.
 The pairs teach content, not a letter. For the "llm" ranker (:func:`content_pairs`) each accepted refinement is shown
 under ``orders`` orders of its candidates, the accepted candidate's letter cycling evenly over the positions; for the
 "judge" ranker (:func:`judge_pairs`) each candidate the simulator validated is a pair of its own, GOOD or BAD as it
-was judged, the two answers in equal numbers. A target that is
+was judged, the two answers in equal numbers; a judge round takes the refinements since the last round, accepted or
+not (``ace.label_candidates`` has the simulator validate every candidate shown, so each gives both answers), and
+trains on each once. A target that is
 always the same letter teaches the letter: the embedded model chose A on every problem, the actor then accepted
 the A's that validated, and a round on those pairs lowered the loss without changing a single choice.
 
@@ -16,7 +18,10 @@ Measuring what fine-tuning does: the first ``probe_size`` bad transitions are se
 refines them, so they are never trained on). Before and after each round the LLM makes one proposal per probe problem
 (its first choice, no feedback; each problem in its own fixed shuffled order, the same before and after) and each is
 validated in the simulator: the acceptance rate on identical problems, before against after, is what the ACE paper
-reports as its LLM's own decisions improving (by about 11%).
+reports as its LLM's own decisions improving (by about 11%). Eight problems cannot separate anything; given an
+:class:`~ace_hybrid.llm.exam.Exam` (``ace.exam``), the model also answers a fixed set of labelled held-out problems
+before the first round and after every round, beside the controls that read only positions and the simulation
+ranker.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import numpy as np
 
 from ace_hybrid.llm.actor import PolicyActor, Refinement
 from ace_hybrid.llm.backend import LLMBackend, LLMError
+from ace_hybrid.llm.exam import Exam
 from ace_hybrid.llm.rankers import LABELS, VERDICTS, ChoiceProblem
 
 __all__ = ["TARGETS", "CoEvolution", "ProbeProblem", "content_pairs", "judge_pairs"]
@@ -88,7 +94,7 @@ class ProbeProblem:
 
 
 class CoEvolution:
-    """Collects accepted refinements, fine-tunes the backend on schedule and measures it on the probe.
+    """Collects refinements, fine-tunes the backend on schedule and measures it on the probe and the exam.
 
     Parameters
     ----------
@@ -108,10 +114,12 @@ class CoEvolution:
         Where each round's adapter is written.
     probe_size : int
         Probe problems to collect (0: no probe).
+    exam : Exam, optional
+        Labelled held-out problems scored before the first round and after each one.
     """
 
     def __init__(self, backend: LLMBackend, *, every: int, n_pairs: int, adapter_dir: Path, probe_size: int,
-                 orders: int = 2, seed: int = 0, target: str = "letter") -> None:
+                 orders: int = 2, seed: int = 0, target: str = "letter", exam: Exam | None = None) -> None:
         if target not in TARGETS:
             raise ValueError(f"target = {target!r} is invalid; valid: {' | '.join(TARGETS)}")
         if every < 1 or n_pairs < 1 or probe_size < 0 or orders < 1:
@@ -120,6 +128,7 @@ class CoEvolution:
         self.backend, self.every, self.n_pairs = backend, int(every), int(n_pairs)
         self.orders, self.seed, self.target = int(orders), int(seed), target
         self.adapter_dir, self.probe_size = Path(adapter_dir), int(probe_size)
+        self.exam = exam
         self.disabled = None if getattr(backend, "supports_finetune", False) else (
             f"backend {getattr(backend, 'name', '?')!r} cannot fine-tune")
         self.records: list[dict[str, Any]] = []
@@ -141,19 +150,36 @@ class CoEvolution:
         self.probes.append(problem)
 
     @staticmethod
-    def as_record(refinement: Refinement, handle: int) -> dict[str, Any]:
-        """What :meth:`record` keeps of an accepted refinement (plain values, for checkpoints)."""
-        if not refinement.accepted or refinement.problem is None or refinement.choice is None:
-            raise ValueError("only accepted refinements (with their problem and choice) can be recorded")
+    def as_record(refinement: Refinement, handle: int = -1) -> dict[str, Any]:
+        """What :meth:`record` keeps of a refinement (plain values, for checkpoints): an accepted one with its
+        problem, choice and ``handle``, or (the judge's pairs) one that was not accepted, its verdicts only."""
         first = refinement.first_problem or refinement.problem
-        return {"problem": refinement.problem.to_dict(), "choice": int(refinement.choice),
-                "first_problem": first.to_dict(), "verdicts": [[int(k), bool(ok)] for k, ok in refinement.verdicts],
-                "improvement": float(refinement.improvement), "handle": int(handle)}
+        if first is None or not refinement.verdicts:
+            raise ValueError("only refinements the ranker took part in (with their problem and verdicts) can be "
+                             "recorded")
+        if refinement.accepted:
+            if refinement.problem is None or refinement.choice is None:
+                raise ValueError("an accepted refinement is recorded with its problem and choice")
+            problem, choice = refinement.problem.to_dict(), int(refinement.choice)
+        else:
+            problem, choice = None, None
+        return {"problem": problem, "choice": choice, "first_problem": first.to_dict(),
+                "verdicts": [[int(k), bool(ok)] for k, ok in refinement.verdicts],
+                "improvement": float(refinement.improvement if refinement.accepted else 0.0), "handle": int(handle)}
 
-    def record(self, refinement: Refinement, handle: int) -> None:
-        """Keep an accepted refinement; counts towards the next round."""
-        self.records.append(self.as_record(refinement, handle))
-        self.since_last += 1
+    def keeps(self, refinement: Refinement) -> bool:
+        """Whether :meth:`record` keeps ``refinement``: one the ranker took part in (doing nothing accepted before
+        any round has no problem), accepted, or with verdicts for the judge."""
+        if (refinement.first_problem or refinement.problem) is None or not refinement.verdicts:
+            return False
+        return refinement.accepted or self.target == "judge"
+
+    def record(self, refinement: Refinement, handle: int = -1) -> None:
+        """Keep a refinement (:meth:`keeps`): an accepted one (stored in the validated partition under ``handle``)
+        counts towards the next round; one that was not accepted is kept for its verdicts (the judge's pairs)."""
+        if self.keeps(refinement):
+            self.records.append(self.as_record(refinement, handle))
+            self.since_last += int(refinement.accepted)
 
     def due(self) -> bool:
         return self.disabled is None and self.since_last >= self.every
@@ -161,8 +187,14 @@ class CoEvolution:
     # ------------------------------------------------------------------ one round
 
     def best_pairs(self, replay: Any) -> list[tuple[list[dict[str, str]], str]]:
-        """The content pairs (:func:`content_pairs`) of the ``n_pairs`` live records with the largest improvement
-        (records whose transition left the buffer are dropped for good)."""
+        """A round's pairs. "judge": the verdicts of the refinements recorded since the last round (the most recent
+        ``n_pairs``; each is trained on once, as the offline curve trained on a stream of new problems).
+        "letter": the content pairs (:func:`content_pairs`) of the ``n_pairs`` live records with the largest
+        improvement (records whose transition left the buffer are dropped for good)."""
+        seed = self.seed + len(self.history)
+        if self.target == "judge":
+            fresh, self.records = self.records[-self.n_pairs:], []
+            return judge_pairs([(ChoiceProblem.from_dict(r["first_problem"]), r["verdicts"]) for r in fresh], seed)
         live = []
         for rec in self.records:
             try:
@@ -172,9 +204,6 @@ class CoEvolution:
             live.append(rec)
         self.records = live
         best = sorted(live, key=lambda r: -r["improvement"])[: self.n_pairs]
-        seed = self.seed + len(self.history)
-        if self.target == "judge":
-            return judge_pairs([(ChoiceProblem.from_dict(r["first_problem"]), r["verdicts"]) for r in best], seed)
         return content_pairs([(ChoiceProblem.from_dict(r["problem"]), r["choice"]) for r in best], self.orders, seed)
 
     def probe(self, actor: PolicyActor, may_call: Callable[[], bool]) -> dict[str, float]:
@@ -209,10 +238,13 @@ class CoEvolution:
         self.since_last = 0
         entry: dict[str, Any] = {"round": len(self.history) + 1, "env_steps": env_steps}
         started = time.perf_counter()
+        records = len(self.records)
         pairs = self.best_pairs(replay)
-        entry["pairs"], entry["refinements"] = len(pairs), min(len(self.records), self.n_pairs)
+        entry["pairs"], entry["refinements"] = len(pairs), min(records, self.n_pairs)
         if self.probes:
             entry["probe_before"] = self.probe(actor, may_call)
+        if self.exam is not None and not self.history:
+            self._sit_exam(entry, actor, "exam_before")
         try:
             stats = self.backend.finetune(pairs, **(lora or {}))
             directory = self.adapter_dir / f"round-{entry['round']:03d}"
@@ -224,9 +256,23 @@ class CoEvolution:
             entry["error"] = str(exc)
         if self.probes and "error" not in entry:
             entry["probe_after"] = self.probe(actor, may_call)
+        if self.exam is not None and "error" not in entry:
+            self._sit_exam(entry, actor)
         entry["seconds"] = time.perf_counter() - started
         self.history.append(entry)
         return entry
+
+    def _sit_exam(self, entry: dict[str, Any], actor: PolicyActor, key: str = "exam_after") -> None:
+        """The exam with the model as it is now, into ``entry[key]`` (after a round: paired with the untrained
+        model's answers, which the first round's entry holds); an LLM error is recorded, not raised."""
+        started = time.perf_counter()
+        first = self.history[0] if self.history else entry
+        untrained = first.get("exam_before", {}).get("per_problem") if key == "exam_after" else None
+        try:
+            entry[key] = self.exam.sit(actor.ranker, untrained=untrained)
+        except LLMError as exc:
+            entry[f"{key}_error"] = str(exc)
+        entry[f"{key}_seconds"] = time.perf_counter() - started
 
     # ------------------------------------------------------------------ checkpoints
 

@@ -260,6 +260,8 @@ class LLMInLoop:
             if self.coevo is not None:
                 self.coevo.record(ref, handle)
                 self._maybe_finetune(run)
+        elif self.coevo is not None:
+            self.coevo.record(ref)  # kept for the judge's pairs only: its verdicts
         return self.metrics()
 
     def _maybe_finetune(self, run: Run) -> None:
@@ -268,7 +270,7 @@ class LLMInLoop:
                                         self.lora, self._commit_finetune))
 
     def _commit_finetune(self, run: Run, entry: dict[str, Any]) -> dict[str, float] | None:
-        run.logger.write(run.counters.env_steps, coevolution_metrics(entry))
+        run.logger.write(run.counters.env_steps, coevolution_metrics(entry, self.coevo.exam_controls))
         self.coevo.end_round()
         self._maybe_finetune(run)
         return None
@@ -313,6 +315,8 @@ class LLMInLoop:
                 "first_choice_accepted": s.first_choice_accepted, "acceptance_rate": s.acceptance_rate,
                 "errors": s.errors + critic["errors"], "error_kinds": dict(s.error_kinds),
                 "finetunes": len(history), "coevolution": list(history),
+                "finetune_seconds": sum(e.get("seconds", 0.0) for e in history),
+                "exam_controls": self.coevo.exam_controls if self.coevo is not None else {},
                 "coevolution_off": self._coevolution_off(), "critic": dict(critic),
                 "seconds": self.seconds, "llm_seconds": s.llm_seconds, "validate_seconds": s.validate_seconds,
                 "load_seconds": self.load_seconds, "backend": getattr(self.backend, "stats", {}),

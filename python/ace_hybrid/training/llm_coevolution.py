@@ -15,6 +15,7 @@ from ace_hybrid.config import ACEConfig
 from ace_hybrid.llm.actor import Refinement
 from ace_hybrid.llm.backend import LLMBackend
 from ace_hybrid.llm.coevolution import CoEvolution, ProbeProblem
+from ace_hybrid.llm.exam import Exam
 
 __all__ = ["CoEvolutionInLoop", "coevolution_metrics"]
 
@@ -34,9 +35,12 @@ class CoEvolutionInLoop:
     """
 
     def __init__(self, backend: LLMBackend, ace: ACEConfig, adapter_dir: Path, seed: int) -> None:
+        exam = Exam.load(ace.exam, size=ace.exam_size, show_effects=ace.show_effects, seed=seed) if ace.exam else None
         self.core = CoEvolution(backend, every=ace.finetune_every, n_pairs=ace.finetune_pairs, adapter_dir=adapter_dir,
                                 probe_size=ace.probe_size, orders=ace.sft_orders, seed=seed,
-                                target="judge" if ace.ranker == "judge" else "letter")
+                                target="judge" if ace.ranker == "judge" else "letter", exam=exam)
+        self.exam_controls = exam.controls() if exam is not None else {}
+        """Each control's accuracy on the exam (the same at every round)."""
         self._before: dict[str, Any] | None = None
         """The state from before the round in flight (None: no round in flight)."""
         self._held_records: list[tuple[Refinement, int]] = []
@@ -62,8 +66,9 @@ class CoEvolutionInLoop:
         else:
             self._held_probes.append(probe)
 
-    def record(self, ref: Refinement, handle: int) -> None:
-        """An accepted refinement, stored in the validated partition under ``handle``."""
+    def record(self, ref: Refinement, handle: int = -1) -> None:
+        """A refinement (:meth:`CoEvolution.record`): an accepted one is stored in the validated partition under
+        ``handle``."""
         if self._before is None:
             self.core.record(ref, handle)
         else:
@@ -93,9 +98,9 @@ class CoEvolutionInLoop:
             return self.core.state_dict()
         # A fine-tuning round is in flight on the worker: the state from before it, plus what waits for it.
         state = dict(self._before)
-        held = [CoEvolution.as_record(ref, handle) for ref, handle in self._held_records]
-        state["records"] = [*state["records"], *held]
-        state["since_last"] += len(held)
+        kept = [(ref, handle) for ref, handle in self._held_records if self.core.keeps(ref)]
+        state["records"] = [*state["records"], *(CoEvolution.as_record(ref, handle) for ref, handle in kept)]
+        state["since_last"] += sum(ref.accepted for ref, _ in kept)
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -109,8 +114,11 @@ class CoEvolutionInLoop:
         self._held_probes.clear()
 
 
-def coevolution_metrics(entry: dict[str, Any]) -> dict[str, float]:
-    """The ``coevo/*`` metrics of one fine-tuning round (an entry of :attr:`CoEvolutionInLoop.history`)."""
+def coevolution_metrics(entry: dict[str, Any], exam_controls: dict[str, dict[str, float]] | None = None
+                        ) -> dict[str, float]:
+    """The ``coevo/*`` metrics of one fine-tuning round (an entry of :attr:`CoEvolutionInLoop.history`), with the
+    exam's (``coevo/exam_*``: accuracy and interval after the round, its paired differences from the untrained model,
+    the best position-only control and the simulation ranker; the controls' accuracies beside them)."""
     out = {"coevo/round": float(entry["round"]), "coevo/pairs": float(entry["pairs"]),
            "coevo/seconds": float(entry["seconds"])}
     for key in ("loss_first", "loss_last"):
@@ -120,4 +128,17 @@ def coevolution_metrics(entry: dict[str, Any]) -> dict[str, float]:
         if when in entry:
             out[f"coevo/{when}_acceptance"] = float(entry[when]["acceptance"])
             out[f"coevo/{when}_top_position_share"] = float(entry[when]["top_position_share"])
-    return out
+    if "exam_before" in entry:
+        out["coevo/exam_untrained_accuracy"] = float(entry["exam_before"]["accuracy"])
+    exam = entry.get("exam_after")
+    if exam is not None:
+        out.update({"coevo/exam_accuracy": exam["accuracy"], "coevo/exam_low": exam["low"],
+                    "coevo/exam_high": exam["high"], "coevo/exam_top_position_share": exam["top_position_share"]})
+        for name in ("minus_untrained", "minus_best_control", "minus_simulation"):
+            if name in exam:
+                out.update({f"coevo/exam_{name}": exam[name]["mean"], f"coevo/exam_{name}_low": exam[name]["low"],
+                            f"coevo/exam_{name}_high": exam[name]["high"]})
+    for name, value in (exam_controls or {}).items():
+        key = "simulation" if name.startswith("simulation") else name.split(" (")[0].replace(" ", "_")
+        out[f"coevo/exam_control_{key}"] = float(value["mean"])
+    return {k: float(v) for k, v in out.items()}

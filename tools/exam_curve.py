@@ -1,0 +1,109 @@
+"""The co-evolving LLM's exam round by round: first-choice accuracy on held-out labelled problems against LoRA
+rounds, one line per run, beside the controls that explain a score without the model.
+
+Run:  python tools/exam_curve.py RUN_DIR [RUN_DIR ...] --out docs/figures/coevolution_rounds.png
+
+Each RUN_DIR is a training run of an ACE configuration with ``ace.exam`` set (its ``metrics.jsonl`` holds the
+``coevo/exam_*`` metrics). Round 0 is the untrained model; each point after it is the exam after that round, with
+its 95% bootstrap interval over problems as a band. The dashed lines are the best position-only control and the
+simulation ranker on the same problems. A table of the same figures is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def exam_rounds(run_dir: Path) -> list[dict[str, Any]]:
+    """The ``coevo/*`` lines of a run's metrics that carry an exam, in round order (the last of each round: a
+    resumed run may have written a round twice)."""
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        raise SystemExit(f"{path} not found: give the folder of a training run")
+    rounds: dict[int, dict[str, Any]] = {}
+    for line in path.read_text().splitlines():
+        row = json.loads(line)
+        if "coevo/exam_accuracy" in row:
+            rounds[int(row["coevo/round"])] = row
+    return [rounds[k] for k in sorted(rounds)]
+
+
+def table(runs: dict[str, list[dict[str, Any]]]) -> str:
+    lines = ["| run | round | env steps | accuracy [95% CI] | − untrained | − best position control | − simulation ranker |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+
+    def diff(row: dict[str, Any], name: str) -> str:
+        key = f"coevo/exam_{name}"
+        if key not in row:
+            return ""
+        return f"{100 * row[key]:+.1f} [{100 * row[key + '_low']:+.1f}, {100 * row[key + '_high']:+.1f}]"
+
+    for name, rows in runs.items():
+        if rows and "coevo/exam_untrained_accuracy" in rows[0]:
+            lines.append(f"| {name} | 0 | | {100 * rows[0]['coevo/exam_untrained_accuracy']:.1f}% | | | |")
+        for row in rows:
+            lines.append(f"| {name} | {int(row['coevo/round'])} | {int(row['env_steps'])} | "
+                         f"{100 * row['coevo/exam_accuracy']:.1f}% [{100 * row['coevo/exam_low']:.1f}, "
+                         f"{100 * row['coevo/exam_high']:.1f}] | {diff(row, 'minus_untrained')} | "
+                         f"{diff(row, 'minus_best_control')} | {diff(row, 'minus_simulation')} |")
+    return "\n".join(lines)
+
+
+def plot(runs: dict[str, list[dict[str, Any]]], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    controls: dict[str, float] = {}
+    for name, rows in runs.items():
+        xs = [int(r["coevo/round"]) for r in rows]
+        ys = [100 * r["coevo/exam_accuracy"] for r in rows]
+        lo = [100 * r["coevo/exam_low"] for r in rows]
+        hi = [100 * r["coevo/exam_high"] for r in rows]
+        if rows and "coevo/exam_untrained_accuracy" in rows[0]:
+            xs, ys = [0, *xs], [100 * rows[0]["coevo/exam_untrained_accuracy"], *ys]
+            lo, hi = [ys[0], *lo], [ys[0], *hi]
+        line, = ax.plot(xs, ys, marker="o", label=name)
+        ax.fill_between(xs, lo, hi, alpha=0.2, color=line.get_color())
+        for r in rows:
+            controls.update({k: v for k, v in r.items() if k.startswith("coevo/exam_control_")})
+    best_position = max((v for k, v in controls.items() if not k.endswith("simulation")), default=None)
+    if best_position is not None:
+        ax.axhline(100 * best_position, ls="--", color="grey", label="best position-only control")
+    if "coevo/exam_control_simulation" in controls:
+        ax.axhline(100 * controls["coevo/exam_control_simulation"], ls="--", color="black",
+                   label="simulation ranker")
+    ax.set_xlabel("LoRA rounds (0: untrained)")
+    ax.set_ylabel("first choice accepted by the simulator (%)")
+    ax.set_title("The co-evolving judge on held-out problems (bands: 95% CI)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+", type=Path, help="training run folders (ace.exam set)")
+    parser.add_argument("--out", type=Path, default=Path("docs/figures/coevolution_rounds.png"))
+    args = parser.parse_args(argv)
+    runs = {str(d): exam_rounds(d) for d in args.runs}
+    empty = [name for name, rows in runs.items() if not rows]
+    if empty:
+        print(f"no exam in {', '.join(empty)}: set ace.exam and let a LoRA round finish", file=sys.stderr)
+        return 1
+    print(table(runs))
+    plot(runs, args.out)
+    print(f"written: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
