@@ -87,3 +87,34 @@ def test_policy_choices_refuses_a_file_that_is_not_a_checkpoint(tmp_path: Path, 
     with pytest.raises(SystemExit):
         _tool("policy_choices").main([str(bad)])
     assert str(bad) in capsys.readouterr().err
+
+
+@pytest.mark.grid2op
+def test_learning_curves_reads_real_trainings_and_says_where_a_curve_rises(tmp_path: Path, capsys) -> None:
+    import json
+
+    from ace_hybrid.config import load_config
+    from ace_hybrid.training.loop import train
+
+    for seed in (0, 1):
+        train(load_config(None, [*TINY, "env.eval_pairs=[[2, 0], [2, 1]]", "train.total_env_steps=150",
+                                 "train.eval_every=75", f"train.seed={seed}", "log.tensorboard=false"]),
+              tmp_path / "runs" / f"sac-seed{seed}")
+    tool = _tool("learning_curves")
+    assert tool.main([str(tmp_path), "--out", str(tmp_path / "curves.png")]) == 0
+    table = capsys.readouterr().out
+    assert re.search(r"\| sac \| 2 × 2 \| 75 \| [\d.]+% \[.*\] \| 150 \| ", table), table
+    assert (tmp_path / "curves.png").stat().st_size > 0
+    # A scripted training that survives 10-45% of its episodes at its first evaluation and 93-100% at its last.
+    run = tmp_path / "runs" / "rising-seed0"
+    for step, survived in ((5000, lambda k: 10 + 5 * k), (10000, lambda k: 100 - k)):
+        (run / "eval" / f"step-{step:08d}").mkdir(parents=True)
+        episodes = [{"steps_survived": survived(k), "max_steps": 100} for k in range(8)]
+        (run / "eval" / f"step-{step:08d}" / "evaluation.json").write_text(json.dumps({"episodes": episodes}))
+    (run / "metrics.jsonl").write_text("\n".join(json.dumps({"env_steps": s, "time": 60.0 * s, "eval/survival_rate": 0})
+                                                 for s in (5000, 10000)))
+    assert tool.main([str(tmp_path), "--rows", "rising", "--out", str(tmp_path / "rising.png")]) == 0
+    assert re.search(r"\| rising \| 1 × 8 \| 5,000 \| 27\.5% .* \| \+69\.0 \[\+\d\d\.\d, \+\d\d\.\d\] \| yes \|",
+                     capsys.readouterr().out)
+    with pytest.raises(SystemExit, match="no training with two evaluations or more for row\\(s\\) nothing"):
+        tool.main([str(tmp_path), "--rows", "nothing"])

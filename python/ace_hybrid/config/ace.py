@@ -91,7 +91,8 @@ class ACEConfig:
     actor's ranker asks the LLM ("llm", "judge", "lac"): with "sim", "q" or "random" a round would teach the LLM a
     question it is never asked, and co-evolution stays off (the summary says why)."""
     finetune_every: int = 100
-    """Fine-tune after every this many accepted refinements."""
+    """Fine-tune after every this many accepted refinements (with the "judge" ranker: refinements with verdicts,
+    accepted or not, as each teaches it)."""
     finetune_pairs: int = 64
     """Refinements per fine-tuning round: with the "llm" and "lac" rankers the accepted ones with the largest
     r_hat - r; with "judge", the most recent since the last round, accepted or not (their verdicts)."""

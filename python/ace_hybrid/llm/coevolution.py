@@ -175,11 +175,12 @@ class CoEvolution:
         return refinement.accepted or self.target == "judge"
 
     def record(self, refinement: Refinement, handle: int = -1) -> None:
-        """Keep a refinement (:meth:`keeps`): an accepted one (stored in the validated partition under ``handle``)
-        counts towards the next round; one that was not accepted is kept for its verdicts (the judge's pairs)."""
+        """Keep a refinement (:meth:`keeps`): an accepted one is stored in the validated partition under ``handle``;
+        one that was not accepted is kept for its verdicts (the judge's pairs). Each kept one counts towards the
+        next round (with the "llm" and "lac" rankers only accepted ones are kept)."""
         if self.keeps(refinement):
             self.records.append(self.as_record(refinement, handle))
-            self.since_last += int(refinement.accepted)
+            self.since_last += int(refinement.accepted or self.target == "judge")
 
     def due(self) -> bool:
         return self.disabled is None and self.since_last >= self.every

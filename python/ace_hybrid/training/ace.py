@@ -262,6 +262,7 @@ class LLMInLoop:
                 self._maybe_finetune(run)
         elif self.coevo is not None:
             self.coevo.record(ref)  # kept for the judge's pairs only: its verdicts
+            self._maybe_finetune(run)
         return self.metrics()
 
     def _maybe_finetune(self, run: Run) -> None:

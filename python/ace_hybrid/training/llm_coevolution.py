@@ -100,7 +100,7 @@ class CoEvolutionInLoop:
         state = dict(self._before)
         kept = [(ref, handle) for ref, handle in self._held_records if self.core.keeps(ref)]
         state["records"] = [*state["records"], *(CoEvolution.as_record(ref, handle) for ref, handle in kept)]
-        state["since_last"] += sum(ref.accepted for ref, _ in kept)
+        state["since_last"] += len(kept)
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
