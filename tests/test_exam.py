@@ -156,7 +156,7 @@ def test_each_round_is_examined_paired_with_the_untrained_model(exam, tmp_path: 
     assert metrics["coevo/exam_control_simulation"] == pytest.approx(
         exam.controls()["simulation ranker (lowest simulated loading)"]["mean"])
     assert {"coevo/exam_minus_best_control_low", "coevo/exam_minus_untrained_high",
-            "coevo/exam_control_first_candidate"} <= set(metrics)
+            "coevo/exam_control_first_candidate", "coevo/exam_control_random"} <= set(metrics)
     assert "coevo/exam_untrained_accuracy" in coevolution_metrics(first)
 
 

@@ -114,6 +114,15 @@ class CoEvolutionInLoop:
         self._held_probes.clear()
 
 
+def _control_key(name: str) -> str:
+    """A metric name for an exam control (:meth:`~ace_hybrid.llm.exam.Exam.controls`' names are sentences)."""
+    for start, key in (("first candidate", "first_candidate"), ("best fixed position", "best_fixed_position"),
+                       ("any fixed letter", "random"), ("simulation", "simulation")):
+        if name.startswith(start):
+            return key
+    raise ValueError(f"unknown exam control {name!r}")
+
+
 def coevolution_metrics(entry: dict[str, Any], exam_controls: dict[str, dict[str, float]] | None = None
                         ) -> dict[str, float]:
     """The ``coevo/*`` metrics of one fine-tuning round (an entry of :attr:`CoEvolutionInLoop.history`), with the
@@ -139,6 +148,5 @@ def coevolution_metrics(entry: dict[str, Any], exam_controls: dict[str, dict[str
                 out.update({f"coevo/exam_{name}": exam[name]["mean"], f"coevo/exam_{name}_low": exam[name]["low"],
                             f"coevo/exam_{name}_high": exam[name]["high"]})
     for name, value in (exam_controls or {}).items():
-        key = "simulation" if name.startswith("simulation") else name.split(" (")[0].replace(" ", "_")
-        out[f"coevo/exam_control_{key}"] = float(value["mean"])
+        out[f"coevo/exam_control_{_control_key(name)}"] = float(value["mean"])
     return {k: float(v) for k, v in out.items()}
