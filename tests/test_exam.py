@@ -69,6 +69,7 @@ def test_the_simulation_ranker_scores_as_its_control_and_an_oracle_beats_every_c
     assert oracle["accuracy"] == pytest.approx(solvable)
     assert oracle["minus_best_control"]["low"] > 0 and oracle["minus_untrained"]["mean"] >= 0
     assert oracle["low"] <= oracle["accuracy"] <= oracle["high"]
+    assert np.mean(list(oracle["per_grid"].values())) == pytest.approx(oracle["accuracy"])  # 30 problems each
 
 
 def test_an_answer_by_position_scores_like_a_random_choice(exam) -> None:

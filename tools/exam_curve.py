@@ -6,7 +6,8 @@ Run:  python tools/exam_curve.py RUN_DIR [RUN_DIR ...] --out docs/figures/coevol
 Each RUN_DIR is a training run of an ACE configuration with ``ace.exam`` set (its ``metrics.jsonl`` holds the
 ``coevo/exam_*`` metrics). Round 0 is the untrained model; each point after it is the exam after that round, with
 its 95% bootstrap interval over problems as a band. The dashed lines are the best position-only control and the
-simulation ranker on the same problems. A table of the same figures is printed.
+simulation ranker on the same problems. A table of the same figures is printed, and one per grid (from each run's
+last checkpoint, which keeps every round's answers).
 """
 
 from __future__ import annotations
@@ -50,6 +51,35 @@ def table(runs: dict[str, list[dict[str, Any]]]) -> str:
                          f"{100 * row['coevo/exam_accuracy']:.1f}% [{100 * row['coevo/exam_low']:.1f}, "
                          f"{100 * row['coevo/exam_high']:.1f}] | {diff(row, 'minus_untrained')} | "
                          f"{diff(row, 'minus_best_control')} | {diff(row, 'minus_simulation')} |")
+    return "\n".join(lines)
+
+
+def per_grid_table(run_dirs: list[Path]) -> str:
+    """Each round's exam accuracy on each grid, beside the controls', from the runs' last checkpoints (their
+    rounds' per-problem answers) and configurations (which problems the exam held)."""
+    from ace_hybrid.llm.exam import Exam, position_controls, simulation_choice
+    from ace_hybrid.training.checkpoint import load_checkpoint_file
+
+    lines: list[str] = []
+    for run_dir in run_dirs:
+        ace = json.loads((run_dir / "config.json").read_text())["ace"]
+        checkpoint = run_dir / "checkpoint.pt"
+        if not ace.get("exam") or not checkpoint.is_file():
+            continue
+        exam = Exam.load(ace["exam"], size=ace.get("exam_size", 160), show_effects=ace.get("show_effects", True))
+        history = load_checkpoint_file(checkpoint)["llm"]["coevo"]["history"]
+        if not lines:
+            lines = [f"| run | round | {' | '.join(exam.grids)} |", "|---|---|" + "---:|" * len(exam.grids)]
+            controls = {**position_controls(exam.problems),
+                        "simulation ranker": simulation_choice(exam.problems)}
+            for name, rates in controls.items():
+                by_grid = exam.per_grid(rates)
+                lines.append(f"| control | {name} | {' | '.join(f'{100 * by_grid[g]:.1f}%' for g in exam.grids)} |")
+        answers = [(0, history[0].get("exam_before"))] + [(e["round"], e.get("exam_after")) for e in history]
+        for k, result in answers:
+            if result is not None:
+                by_grid = exam.per_grid(result["per_problem"])
+                lines.append(f"| {run_dir} | {k} | {' | '.join(f'{100 * by_grid[g]:.1f}%' for g in exam.grids)} |")
     return "\n".join(lines)
 
 
@@ -100,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no exam in {', '.join(empty)}: set ace.exam and let a LoRA round finish", file=sys.stderr)
         return 1
     print(table(runs))
+    grids = per_grid_table(args.runs)
+    if grids:
+        print("\nPer grid (each grid's share of the exam's problems):\n" + grids)
     plot(runs, args.out)
     print(f"written: {args.out}")
     return 0

@@ -178,6 +178,12 @@ class Exam:
                  simulation_choice(self.problems)}
         return {name: dict(zip(("mean", "low", "high"), bootstrap(r))) for name, r in rates.items()}
 
+    def per_grid(self, rates: Any) -> dict[str, float]:
+        """Per-problem rates (in the exam's order) averaged over each grid's problems."""
+        rates = np.asarray(rates, dtype=np.float64)
+        envs = np.array([p["env"] for p in self.problems])
+        return {grid: float(rates[envs == grid].mean()) for grid in self.grids}
+
     def best_position_control(self) -> np.ndarray:
         """Per-problem rates of the best position-only control on these problems."""
         return max(position_controls(self.problems).values(), key=lambda r: float(r.mean()))
@@ -192,7 +198,7 @@ class Exam:
         mean, low, high = bootstrap(rates)
         counts = np.bincount(position.ravel(), minlength=2)
         out: dict[str, Any] = {"problems": len(rates), "accuracy": mean, "low": low, "high": high,
-                               "per_problem": rates.tolist(), "top_position_share": float(counts.max() / counts.sum()),
+                               "per_problem": rates.tolist(), "per_grid": self.per_grid(rates), "top_position_share": float(counts.max() / counts.sum()),
                                "minus_best_control": paired(rates, self.best_position_control()),
                                "minus_simulation": paired(rates, simulation_choice(self.problems))}
         if untrained is not None:
