@@ -99,7 +99,7 @@ def plot(runs: dict[str, list[dict[str, Any]]], out: Path) -> None:
         if rows and "coevo/exam_untrained_accuracy" in rows[0]:
             xs, ys = [0, *xs], [100 * rows[0]["coevo/exam_untrained_accuracy"], *ys]
             lo, hi = [ys[0], *lo], [ys[0], *hi]
-        line, = ax.plot(xs, ys, marker="o", label=name)
+        line, = ax.plot(xs, ys, marker="o", label=Path(name).name)
         ax.fill_between(xs, lo, hi, alpha=0.2, color=line.get_color())
         for r in rows:
             controls.update({k: v for k, v in r.items() if k.startswith("coevo/exam_control_")})
@@ -109,6 +109,9 @@ def plot(runs: dict[str, list[dict[str, Any]]], out: Path) -> None:
     if "coevo/exam_control_simulation" in controls:
         ax.axhline(100 * controls["coevo/exam_control_simulation"], ls="--", color="black",
                    label="simulation ranker")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("LoRA rounds (0: untrained)")
     ax.set_ylabel("first choice accepted by the simulator (%)")
     ax.set_title("The co-evolving judge on held-out problems (bands: 95% CI)")
