@@ -914,7 +914,8 @@ def training_section(cfg: RunConfig) -> SectionReport:
     # both loops count them as environment time.
     split["env"] += split["reset"]
     env_time += reset_time
-    other = loop - split["env"] - split["update"]
+    # The evaluation on env.eval_pairs at the end of training is not loop overhead.
+    other = loop - split["env"] - split["update"] - split["eval"]
     raw_other = total_time - env_time
     # The training loop's own overhead: what it spends beyond what the raw loop (same activation rule) spends.
     ratio = other / split["env"] - raw_other / env_time
@@ -932,9 +933,11 @@ def training_section(cfg: RunConfig) -> SectionReport:
                "substations, so its episodes need more revert checks than doing nothing) plus the episode resets "
                f"({episode} raw episodes at {reset_time / max(episode, 1) * 1e3:.0f} ms per reset; the training loop "
                f"ran {summary['episodes']}: an agent that loses the grid sooner resets more often). 'everything else' "
-               "is the rest of the loop outside the SAC updates: features, legal masks, the policy's forward pass and "
-               "sampling at decisions, replay adds, building grid2op actions, the safe rule's own Python, logging. "
-               "The raw loop's "
+               "is the rest of the loop outside the SAC updates and the final evaluation: features, legal masks, the "
+               f"policy's forward pass and sampling at decisions ({fmt_time(split['act'])} for "
+               f"{summary['decisions']} decisions), replay adds, building grid2op actions, the safe rule's own "
+               "Python, logging. Network updates include the stepped actor's pass over every action's features, "
+               "which the next decision or update reuses. The raw loop's "
                "'everything else' is the activation rule's Python alone; the goal counts the difference of the two "
                "ratios."],
         data={"overhead_ratio": ratio, "raw_steps_per_s": steps / total_time, "train_steps_per_s": steps / loop,

@@ -129,8 +129,12 @@ class DiscreteSAC(SACPolicy):
         # The actor's action factors are cached since acting (or made in the target's pass): both passes use
         # them, and the actor step back-propagates into the encoder from the hidden layer they hold.
         step = self._actor_step_sampled if self.cfg.policy_samples else self._actor_step
-        return self._apply_update(b, lambda alpha: self._soft_target(b, alpha, ws),
-                                  lambda alpha: step(b, alpha, ws))
+        result = self._apply_update(b, lambda alpha: self._soft_target(b, alpha, ws),
+                                    lambda alpha: step(b, alpha, ws))
+        # The stepped actor's encoder pass now rather than at the next decision: the next update or act needs it
+        # either way (same number of passes), and acting between updates stays a forward pass of the state half.
+        self._factors("actor")
+        return result
 
     def _apply_update(self, b: dict[str, torch.Tensor], soft_target: Callable[[float], torch.Tensor],
                       actor_step: Callable[[float], tuple[torch.Tensor, ...]]) -> UpdateResult:
