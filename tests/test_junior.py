@@ -239,3 +239,48 @@ def test_junior_errors_tool_reports_where_the_junior_departs_from_its_tutor(coll
                          text=True, check=True).stdout
     accuracy = float(out.split(f"| {path} | ")[1].split("%")[0])
     assert out.startswith("90 held-out decisions") and accuracy >= 70.0
+
+
+def test_dagger_the_junior_plays_the_tutor_labels_and_a_refit_trains_on_both(collection: Path,
+                                                                             tmp_path: Path) -> None:
+    """``collect --driver``: the junior's actions step the grid, the tutor's choices on those states are the labels
+    (checked against the tutor asked again on the same observations), and ``fit --also`` trains on both."""
+    from ace_hybrid.training.junior import store_tutor_data
+    from ace_hybrid.training.tutor_decisions import read_meta
+
+    # A junior unlike its tutor: trained for one epoch, it disagrees with the tutor on some of its own states.
+    junior = save_junior(tmp_path / "junior.pt", fit_junior(collection, epochs=1, progress=False))
+    folder = tmp_path / "dagger"
+    summary = collect_decisions(load_config(None, COLLECT), folder, 30, jobs=1, progress=False, driver=junior)
+    d = load_decisions(folder)
+    assert len(d) >= 30 and read_meta(folder)["driver"] == str(junior)
+    with np.load(folder / "episodes" / "ep-000000.npz") as z:
+        executed, labels = z["executed"], z["action"]
+    first = d.episode == 0
+    agent = make_agent(f"checkpoint:{junior}", env := make_env("l2rpn_case14_sandbox", seed=0), topk=0)
+    try:
+        junior_choice = [agent.most_likely(agent.normalizer(x), m) for x, m in zip(d.obs[first], d.mask[first],
+                                                                                     strict=True)]
+    finally:
+        env.close()
+    np.testing.assert_array_equal(executed, junior_choice)  # the junior stepped the grid, alone
+    assert summary["driver_agreement"] == pytest.approx(
+        float(np.mean(np.concatenate([np.load(p)["executed"] == np.load(p)["action"]
+                                      for p in sorted((folder / "episodes").glob("*.npz"))]))), abs=1e-4)
+    assert d.mask[np.arange(len(d)), d.action].all()  # the labels are the tutor's legal choices
+    # The labels are not the junior's: the episodes the junior plays differ from the tutor's own.
+    theirs = load_decisions(collection)
+    assert len(d) != len(theirs) or not np.array_equal(d.obs, theirs.obs)
+    assert not np.array_equal(labels, executed)  # the one-epoch junior departs from its tutor: those are the labels
+    refit = fit_junior(collection, also=[folder], epochs=1, progress=False)
+    plain = fit_junior(collection, epochs=1, progress=False)
+    assert refit.fit["decisions"] == plain.fit["decisions"] + len(d) and refit.fit["also"] == [str(folder)]
+    assert refit.fit["validation_decisions"] == plain.fit["validation_decisions"]  # validated on the same decisions
+    # A DAgger collection is no transition data, and a driver over another action set is refused.
+    with pytest.raises(ValueError, match="tutor_data = .* was played by the junior"):
+        store_tutor_data(type("R", (), {"cfg": load_config(None, COLLECT)})(), folder)
+    with pytest.raises(ValueError, match="driver = .*another action set"):
+        collect_decisions(load_config(None, [*COLLECT, "env.action_set=tutor:4"]), tmp_path / "x", 5,
+                          progress=False, driver=junior)
+    with pytest.raises(ValueError, match="collected with driver = None"):
+        collect_decisions(load_config(None, COLLECT), collection, 5, progress=False, driver=junior)

@@ -369,6 +369,8 @@ def _add_junior(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     col.add_argument("--decisions", type=positive_int, required=True, metavar="N", help="tutor decisions to keep")
     col.add_argument("--out", type=Path, required=True, help="the collection's folder (rerun to continue)")
     col.add_argument("--jobs", type=positive_int, default=1, metavar="N", help="episodes at once, one core each")
+    col.add_argument("--driver", type=Path, default=None, metavar="JUNIOR.pt",
+                     help="DAgger: this junior plays (alone) and the tutor only labels its decisions; for fit --also")
     col.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     fit = verbs.add_parser("fit", help="behaviour-clone a junior on a collection's first N decisions")
     fit.add_argument("--data", type=Path, required=True, help="a collection folder (junior collect --out)")
@@ -376,6 +378,8 @@ def _add_junior(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
                      help="train on the first N decisions (default: all)")
     fit.add_argument("--validation", type=Path, default=None, metavar="DIR",
                      help="a collection to measure validation accuracy on (default: every 10th episode of --data)")
+    fit.add_argument("--also", type=Path, action="append", default=[], metavar="DIR",
+                     help="another collection to train on in full (repeatable), e.g. one of collect --driver")
     fit.add_argument("--epochs", type=positive_int, default=30)
     fit.add_argument("--lr", type=float, default=1e-3)
     fit.add_argument("--seed", type=int, default=0)
@@ -389,15 +393,20 @@ def cmd_junior(args: argparse.Namespace) -> int:
         from ace_hybrid.training.tutor_decisions import collect_decisions
 
         cfg = load_config(args.config, args.overrides)
-        done = collect_decisions(cfg, args.out, args.decisions, jobs=args.jobs, progress=not args.no_progress)
+        done = collect_decisions(cfg, args.out, args.decisions, jobs=args.jobs, progress=not args.no_progress,
+                                 driver=args.driver)
         print(f"{args.out}: {done['decisions']} tutor decisions in {done['episodes']} episodes "
               f"({done['steps']} steps, {done['blackouts']} blackouts); this session {done['last_session_seconds']} s")
-        print(f"next: ace-hybrid junior fit --data {args.out} --out junior.pt")
+        if args.driver is None:
+            print(f"next: ace-hybrid junior fit --data {args.out} --out junior.pt")
+        else:
+            print(f"the junior chose the tutor's action at {done['driver_agreement']:.1%} of its decisions; next: "
+                  f"ace-hybrid junior fit --data TUTOR_COLLECTION --also {args.out} --out junior-dagger.pt")
         return 0
     from ace_hybrid.training.junior import fit_junior, save_junior
 
-    junior = fit_junior(args.data, args.decisions, validation=args.validation, epochs=args.epochs, lr=args.lr,
-                        seed=args.seed, progress=not args.no_progress)
+    junior = fit_junior(args.data, args.decisions, validation=args.validation, also=args.also, epochs=args.epochs,
+                        lr=args.lr, seed=args.seed, progress=not args.no_progress)
     save_junior(args.out, junior)
     f = junior.fit
     held = (f"{f['validation_accuracy']:.1%} (validation, {f['validation_decisions']} decisions)"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -72,9 +73,11 @@ def _logits(policy: SACPolicy, x: torch.Tensor) -> torch.Tensor:
 
 
 def fit_junior(folder: str | Path, decisions: int | None = None, *, validation: str | Path | None = None,
-               epochs: int = 30, batch_size: int = 256, lr: float = 1e-3, seed: int = 0,
-               progress: bool = True) -> Junior:
-    """Behaviour-clone the tutor's first ``decisions`` decisions (None: all) of the collection in ``folder``.
+               also: Sequence[str | Path] = (), epochs: int = 30, batch_size: int = 256, lr: float = 1e-3,
+               seed: int = 0, progress: bool = True) -> Junior:
+    """Behaviour-clone the tutor's first ``decisions`` decisions (None: all) of the collection in ``folder``, and
+    every decision of the collections ``also`` (e.g. DAgger's: the tutor's labels on a junior's own states, ``junior
+    collect --driver``), which the validation decisions never include.
 
     ``validation``: a collection to measure validation accuracy on (same configuration's grid and action set);
     None holds out every :data:`HOLDOUT_EVERY`-th episode of the whole collection instead, and ``decisions``
@@ -84,7 +87,7 @@ def fit_junior(folder: str | Path, decisions: int | None = None, *, validation: 
     Raises
     ------
     ValueError
-        An argument out of range (naming it), or a validation collection over another action set.
+        An argument out of range (naming it), or a validation or ``also`` collection over another action set.
     """
     for name, v, low in (("epochs", epochs, 1), ("batch_size", batch_size, 1)):
         if isinstance(v, bool) or not isinstance(v, int) or v < low:
@@ -92,9 +95,10 @@ def fit_junior(folder: str | Path, decisions: int | None = None, *, validation: 
     if not 0 < lr <= 1:
         raise ValueError(f"lr = {lr!r} out of range: expected (0, 1]")
     meta, cfg = read_meta(folder), config_of(folder)
+    for other in (*([validation] if validation is not None else []), *also):
+        if read_meta(other)["action_set"] != meta["action_set"]:
+            raise ValueError(f"{other} was collected over another action set than {folder}")
     if validation is not None:
-        if read_meta(validation)["action_set"] != meta["action_set"]:
-            raise ValueError(f"{validation} was collected over another action set than {folder}")
         train, val = load_decisions(folder, decisions), load_decisions(validation)
     else:
         # The same held-out episodes whatever ``decisions``: juniors of different sizes are compared on one set.
@@ -106,6 +110,8 @@ def fit_junior(folder: str | Path, decisions: int | None = None, *, validation: 
                 raise ValueError(f"decisions = {decisions} out of range: {folder} holds {len(train)} decisions "
                                  f"outside its held-out episodes; expected [1, {len(train)}] (collect more)")
             train = _rows(train, np.arange(len(train)) < decisions)
+    if also:
+        train = Decisions(*(np.concatenate(cols) for cols in zip(train, *(load_decisions(f) for f in also))))
     normalizer = RunningNormalizer(train.obs.shape[1])
     normalizer.update(train.obs)
     torch.manual_seed(seed)
@@ -136,7 +142,8 @@ def fit_junior(folder: str | Path, decisions: int | None = None, *, validation: 
     policy.actor.load_state_dict(best_state)
     policy._factor_cache.clear()  # noqa: SLF001 - parameters changed outside an optimiser step of the policy
     kept = max(history, key=lambda h: h["validation_accuracy"]) if len(val) else history[-1]
-    fit = {"collection": str(folder), "validation_collection": str(validation) if validation else None,
+    fit = {"collection": str(folder), "also": [str(f) for f in also],
+           "validation_collection": str(validation) if validation else None,
            "decisions": len(train), "validation_decisions": len(val), "episodes": int(np.unique(train.episode).size),
            "epochs": epochs, "batch_size": batch_size, "lr": lr, "seed": seed, "kept_epoch": kept["epoch"],
            "train_accuracy": kept["train_accuracy"], "validation_accuracy": kept["validation_accuracy"],
@@ -220,6 +227,9 @@ def store_tutor_data(run: Any, folder: str | Path) -> int:
     """Put every decision of a collection into a new run's validated partition (``train.tutor_data``); returns how
     many. The collection must be of the run's grid, weeks, episodes and action set (the message names the key)."""
     meta = read_meta(folder)
+    if meta.get("driver") is not None:
+        raise ValueError(f"train.tutor_data = {folder} was played by the junior {meta['driver']} (the tutor only "
+                         "labelled it): its transitions are not the tutor's; use it with `junior fit --also`")
     theirs, mine = meta["config"]["env"], run.cfg.to_dict()["env"]
     for key in _SAME_EPISODES:
         if theirs.get(key) != mine.get(key):

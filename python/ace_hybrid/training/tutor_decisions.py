@@ -6,6 +6,13 @@ every danger state (``train.tutor_budget`` simulations over the run's action set
 the rollout worker of a training run, unchanged, with the tutor on for every step. Each decision is kept as the
 transition a run would store, with the tutor's legal mask and the episode step it was taken at.
 
+With a ``driver`` (a junior file), the junior plays instead and the tutor only labels: at every decision the tutor's
+choice is kept as the decision's ``action`` and the junior's, which the grid stepped, as ``executed`` -- DAgger's
+data (Ross et al. 2011): the tutor's labels on the states the junior's own mistakes lead to, which a collection
+the tutor plays never holds. Such a collection serves ``junior fit --also`` only: its transitions are the junior's,
+not its labels', so ``train.tutor_data`` refuses it. Its summary gives the junior's on-policy agreement with the
+tutor.
+
 The folder holds ``tutor.json`` (the configuration, the action set, the format) and one ``episodes/ep-<k>.npz`` per
 episode, each written atomically when its episode ends: a kill loses the episodes in flight and nothing else, and
 the same command continues. Episodes are independent of the worker that plays them (the tutor reads no normaliser
@@ -94,9 +101,10 @@ def _prefix(counts: dict[int, int]) -> tuple[int, int]:
     return k, total
 
 
-def collect_decisions(cfg: Config, folder: str | Path, decisions: int, *, jobs: int = 1,
-                      progress: bool = True) -> dict[str, Any]:
-    """Play training episodes 0, 1, ... with the tutor until they hold at least ``decisions`` tutor decisions.
+def collect_decisions(cfg: Config, folder: str | Path, decisions: int, *, jobs: int = 1, progress: bool = True,
+                      driver: str | Path | None = None) -> dict[str, Any]:
+    """Play training episodes 0, 1, ... with the tutor until they hold at least ``decisions`` tutor decisions;
+    with ``driver`` (a junior file over the same action set), the junior plays and the tutor labels.
 
     Rerunning continues (finished episodes are kept); a folder collected with another configuration is refused.
     Returns the summary also written into ``tutor.json``: episodes, decisions, steps, blackouts, seconds.
@@ -104,19 +112,21 @@ def collect_decisions(cfg: Config, folder: str | Path, decisions: int, *, jobs: 
     Raises
     ------
     ValueError
-        ``decisions`` or ``jobs`` out of range, or a folder made with another configuration or action set.
+        ``decisions`` or ``jobs`` out of range, a folder made with another configuration, action set or driver,
+        or a driver over another action set.
     """
     if isinstance(decisions, bool) or not isinstance(decisions, int) or not 1 <= decisions <= 10_000_000:
         raise ValueError(f"decisions = {decisions!r} out of range: expected an integer in [1, 10000000]")
     if isinstance(jobs, bool) or not isinstance(jobs, int) or not 1 <= jobs <= 64:
         raise ValueError(f"jobs = {jobs!r} out of range: expected an integer in [1, 64]")
     folder = Path(folder)
-    indices = _prepare_folder(cfg, folder)
+    driver = None if driver is None else str(driver)
+    indices = _prepare_folder(cfg, folder, driver)
     counts = _episodes_on_disk(folder)
     started = time.perf_counter()
     bar = _bar(progress, decisions, _prefix(counts)[1])
     ctx = multiprocessing.get_context("spawn")
-    with ctx.Pool(jobs, initializer=_init_worker, initargs=(os.getpid(), cfg, indices)) as pool:
+    with ctx.Pool(jobs, initializer=_init_worker, initargs=(os.getpid(), cfg, indices, driver)) as pool:
         pending: dict[int, Any] = {}
         k = 0
         while True:
@@ -141,9 +151,9 @@ def collect_decisions(cfg: Config, folder: str | Path, decisions: int, *, jobs: 
     return _write_summary(folder, cfg, indices, time.perf_counter() - started)
 
 
-def _prepare_folder(cfg: Config, folder: Path) -> list[int] | None:
+def _prepare_folder(cfg: Config, folder: Path, driver: str | None) -> list[int] | None:
     """The action set (selected and cached as a run selects it), and ``tutor.json``; a folder made with another
-    configuration is refused."""
+    configuration or driver, and a driver over another action set, are refused."""
     from ace_hybrid.grid.action_set import action_set_indices
     from ace_hybrid.grid.catalog import ActionCatalog
     from ace_hybrid.grid.env import make_config_env
@@ -154,13 +164,23 @@ def _prepare_folder(cfg: Config, folder: Path) -> list[int] | None:
         indices = action_set_indices(cfg, env, ActionCatalog.for_env(env))
     finally:
         env.close()
+    if driver is not None:
+        from ace_hybrid.training.junior import load_junior
+
+        if load_junior(driver)["action_set"] != indices:
+            raise ValueError(f"driver = {driver}: the junior acts over another action set than env.action_set = "
+                             f"{cfg.env.action_set!r} selects here")
     if (folder / _META).exists():
         meta = read_meta(folder)
         if meta["config"] != json.loads(json.dumps(cfg.to_dict())) or meta["action_set"] != indices:
             raise ValueError(f"{folder} holds tutor decisions of another configuration or action set: collect "
                              f"into a new folder (its configuration: {folder / _META})")
+        if meta.get("driver") != driver:
+            raise ValueError(f"{folder} was collected with driver = {meta.get('driver')!r}, not {driver!r}: collect "
+                             "into a new folder")
         return indices
-    atomic_write_json(folder / _META, {"format": DECISIONS_FORMAT, "config": cfg.to_dict(), "action_set": indices})
+    atomic_write_json(folder / _META, {"format": DECISIONS_FORMAT, "config": cfg.to_dict(), "action_set": indices,
+                                       "driver": driver})
     return indices
 
 
@@ -171,16 +191,19 @@ def _tutor_everywhere(cfg: Config) -> Config:
 
 def _write_summary(folder: Path, cfg: Config, indices: list[int] | None, seconds: float) -> dict[str, Any]:
     meta = read_meta(folder)
-    rows = []
+    rows, agree = [], 0
     for path in sorted((folder / "episodes").glob("ep-*.npz")):
         with np.load(path) as z:
             rows.append((int(z["action"].shape[0]), int(z["steps"]), bool(z["blackout"]), float(z["seconds"])))
+            agree += int(np.sum(z["executed"] == z["action"])) if "executed" in z else 0
     n = np.asarray(rows, dtype=np.float64).reshape(-1, 4)
     meta["summary"] = {
         "episodes": len(rows), "decisions": int(n[:, 0].sum()), "steps": int(n[:, 1].sum()),
         "blackouts": int(n[:, 2].sum()), "episode_seconds": round(float(n[:, 3].sum()), 1),
         "last_session_seconds": round(seconds, 1),
     }
+    if meta.get("driver") is not None:  # the junior's choice equal to the tutor's, on the junior's own states
+        meta["summary"]["driver_agreement"] = round(agree / max(n[:, 0].sum(), 1), 4)
     atomic_write_json(folder / _META, meta)
     return meta["summary"]
 
@@ -212,20 +235,27 @@ class _OneEpisode:
 
 
 class _RecordingTutor:
-    """The tutor, keeping the legal mask and the episode step of each decision it makes."""
+    """The tutor, keeping the legal mask, the episode step and its choice at each decision; with a ``driver`` (a
+    loaded junior), the junior's choice is what the grid steps."""
 
-    def __init__(self, tutor: Any, actions: Any) -> None:
-        self.tutor, self.actions = tutor, actions
+    def __init__(self, tutor: Any, actions: Any, driver: Any = None) -> None:
+        self.tutor, self.actions, self.driver = tutor, actions, driver
         self.masks: list[np.ndarray] = []
         self.steps: list[int] = []
+        self.labels: list[int] = []
 
     def choose(self, obs: Any) -> int:
-        self.masks.append(self.actions.legal_mask(obs))
+        mask = self.actions.legal_mask(obs)
+        self.masks.append(mask)
         self.steps.append(int(obs.current_step))
-        return self.tutor.choose(obs)
+        self.labels.append(int(self.tutor.choose(obs)))
+        if self.driver is None:
+            return self.labels[-1]
+        d = self.driver
+        return d.most_likely(d.normalizer(d.features(obs)), mask)
 
 
-def _init_worker(parent: int, cfg: Config, indices: list[int] | None) -> None:
+def _init_worker(parent: int, cfg: Config, indices: list[int] | None, driver: str | None) -> None:
     import torch
 
     start_child(parent)  # a killed collection leaves no worker playing on
@@ -234,12 +264,17 @@ def _init_worker(parent: int, cfg: Config, indices: list[int] | None) -> None:
     worker = RolloutWorker(WorkerSpec(0, cfg, indices), _OneEpisode(0), batch_steps=1)
     worker.set_policy(PolicyWeights(0, worker.sac.policy_state(), worker.normalizer.state_dict()))
     _WORKER["worker"] = worker
+    if driver is not None:
+        from ace_hybrid.training.policy import load_agent
+
+        _WORKER["driver"] = load_agent(driver, worker.env, topk=0)  # the junior alone, as it is evaluated
 
 
 def _play(folder: str, k: int) -> int:
     """Play training episode ``k`` with the tutor, write its file, return its number of decisions."""
     worker: RolloutWorker = _WORKER["worker"]
-    tutor = worker.tutor = _RecordingTutor(getattr(worker.tutor, "tutor", worker.tutor), worker.actions)
+    tutor = worker.tutor = _RecordingTutor(getattr(worker.tutor, "tutor", worker.tutor), worker.actions,
+                                           _WORKER.get("driver"))
     worker.dealer = _OneEpisode(k)
     worker._obs = None  # noqa: SLF001 - a fresh episode: the worker starts one when it has no observation
     rows, finished, t0 = [], [], time.perf_counter()
@@ -251,7 +286,7 @@ def _play(folder: str, k: int) -> int:
     n, dim = len(rows), worker.features.dim
     cols = {
         "obs": np.asarray([p.obs for p in rows], np.float32).reshape(n, dim),
-        "action": np.asarray([p.action for p in rows], np.int64),
+        "action": np.asarray(tutor.labels, np.int64),
         "reward": np.asarray([p.reward for p in rows], np.float32),
         "next_obs": np.asarray([p.next_obs for p in rows], np.float32).reshape(n, dim),
         "done": np.asarray([p.done for p in rows], bool),
@@ -260,6 +295,8 @@ def _play(folder: str, k: int) -> int:
         "mask": np.asarray(tutor.masks, bool).reshape(n, len(worker.actions)),
         "step": np.asarray(tutor.steps, np.int64),
     }
+    if tutor.driver is not None:
+        cols["executed"] = np.asarray([p.action for p in rows], np.int64)
     scenario, seed = episode_of(worker.cfg, k)
     atomic_write(_episode_path(Path(folder), k), lambda f: np.savez_compressed(
         f, **cols, scenario=scenario, seed=seed, steps=steps, blackout=blackout, seconds=time.perf_counter() - t0))
