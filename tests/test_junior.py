@@ -275,7 +275,17 @@ def test_dagger_the_junior_plays_the_tutor_labels_and_a_refit_trains_on_both(col
     refit = fit_junior(collection, also=[folder], epochs=1, progress=False)
     plain = fit_junior(collection, epochs=1, progress=False)
     assert refit.fit["decisions"] == plain.fit["decisions"] + len(d) and refit.fit["also"] == [str(folder)]
+    assert refit.fit["episodes"] == plain.fit["episodes"] + np.unique(d.episode).size
     assert refit.fit["validation_decisions"] == plain.fit["validation_decisions"]  # validated on the same decisions
+    # Both collections played the same training episodes: the tool pairs them with doing nothing played on them.
+    import subprocess
+
+    tool = Path(__file__).resolve().parents[1] / "tools" / "collection_survival.py"
+    out = subprocess.run([sys.executable, str(tool), str(collection), str(folder)], capture_output=True, text=True,
+                         check=True).stdout
+    shared = len(set(np.unique(d.episode)) & set(np.unique(theirs.episode)))
+    assert out.startswith(f"{shared} training episodes played by both collections")
+    assert "| Junior (driving) − Tutor |" in out and "Share of the tutor's gain" in out
     # A DAgger collection is no transition data, and a driver over another action set is refused.
     with pytest.raises(ValueError, match="tutor_data = .* was played by the junior"):
         store_tutor_data(type("R", (), {"cfg": load_config(None, COLLECT)})(), folder)

@@ -110,8 +110,11 @@ def fit_junior(folder: str | Path, decisions: int | None = None, *, validation: 
                 raise ValueError(f"decisions = {decisions} out of range: {folder} holds {len(train)} decisions "
                                  f"outside its held-out episodes; expected [1, {len(train)}] (collect more)")
             train = _rows(train, np.arange(len(train)) < decisions)
+    episodes = int(np.unique(train.episode).size)
     if also:
-        train = Decisions(*(np.concatenate(cols) for cols in zip(train, *(load_decisions(f) for f in also))))
+        extra = [load_decisions(f) for f in also]
+        episodes += sum(int(np.unique(d.episode).size) for d in extra)  # each collection numbers its own from 0
+        train = Decisions(*(np.concatenate(cols) for cols in zip(train, *extra)))
     normalizer = RunningNormalizer(train.obs.shape[1])
     normalizer.update(train.obs)
     torch.manual_seed(seed)
@@ -144,7 +147,7 @@ def fit_junior(folder: str | Path, decisions: int | None = None, *, validation: 
     kept = max(history, key=lambda h: h["validation_accuracy"]) if len(val) else history[-1]
     fit = {"collection": str(folder), "also": [str(f) for f in also],
            "validation_collection": str(validation) if validation else None,
-           "decisions": len(train), "validation_decisions": len(val), "episodes": int(np.unique(train.episode).size),
+           "decisions": len(train), "validation_decisions": len(val), "episodes": episodes,
            "epochs": epochs, "batch_size": batch_size, "lr": lr, "seed": seed, "kept_epoch": kept["epoch"],
            "train_accuracy": kept["train_accuracy"], "validation_accuracy": kept["validation_accuracy"],
            "tutor_do_nothing_share": round(float(np.mean(train.action == 0)), 4),
