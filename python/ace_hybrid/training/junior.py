@@ -27,6 +27,7 @@ from ace_hybrid.config import Config
 from ace_hybrid.files import atomic_write
 from ace_hybrid.grid.features import RunningNormalizer
 from ace_hybrid.sac import SACPolicy
+from ace_hybrid.training.junior_file import JUNIOR_FORMAT, checked_junior, is_junior, load_junior
 from ace_hybrid.training.tutor_decisions import Decisions, config_of, load_decisions, read_meta
 
 __all__ = ["HOLDOUT_EVERY", "JUNIOR_FORMAT", "Junior", "action_features", "checked_junior", "fit_junior", "init_from_junior",
@@ -37,10 +38,8 @@ _SAME_EPISODES = ("name", "data", "train_scenarios", "train_seed_start", "action
 """The ``[env]`` keys a run and the tutor data it starts with must share: the same grid, training weeks, episodes
 and action set (test weeks never enter a run through its tutor data)."""
 
-JUNIOR_FORMAT = 1
 HOLDOUT_EVERY = 10
 """Without a validation collection, episodes ``k`` with ``k % HOLDOUT_EVERY == HOLDOUT_EVERY - 1`` are held out."""
-_KEYS = ("format", "kind", "config", "actor", "normalizer", "action_set", "fit")
 
 
 class Junior(NamedTuple):
@@ -185,28 +184,6 @@ def save_junior(path: str | Path, junior: Junior) -> Path:
              "actor": {k: torch.from_numpy(v) for k, v in junior.policy.policy_state().items()},
              "normalizer": plain(junior.normalizer.state_dict()), "action_set": junior.action_set, "fit": junior.fit}
     return atomic_write(path, lambda f: torch.save(state, f))
-
-
-def load_junior(path: str | Path) -> dict[str, Any]:
-    """A junior file's contents, or a clear error for a missing, foreign or damaged file."""
-    from ace_hybrid.training.checkpoint import read_torch_file
-
-    return checked_junior(read_torch_file(path), path)
-
-
-def is_junior(state: Any) -> bool:
-    """What :func:`~ace_hybrid.training.checkpoint.read_torch_file` read is a junior file (else a checkpoint)."""
-    return isinstance(state, dict) and state.get("kind") == "junior"
-
-
-def checked_junior(state: Any, path: str | Path) -> dict[str, Any]:
-    """``state``, read from ``path``, if it is a complete junior file; else ValueError naming ``path``."""
-    if not isinstance(state, dict) or state.get("kind") != "junior" or state.get("format") != JUNIOR_FORMAT:
-        raise ValueError(f"{path} is not an ace_hybrid junior file of format {JUNIOR_FORMAT}")
-    missing = [k for k in _KEYS if k not in state]
-    if missing:
-        raise ValueError(f"{path} is not a complete junior file: it lacks {missing}")
-    return state
 
 
 def init_from_junior(run: Any, path: str | Path) -> None:

@@ -50,7 +50,7 @@ def load_agent(path: str | Path, env: Any, topk: int | None = None, shortlist: i
     ``ace-hybrid evaluate --agent checkpoint:PATH`` (``topk`` and
     ``shortlist`` override the run's ``env.deploy_topk`` and ``env.deploy_shortlist``; see
     :func:`~ace_hybrid.grid.agents.deployed_check`)."""
-    from ace_hybrid.training.junior import checked_junior, is_junior
+    from ace_hybrid.training.junior_file import checked_junior, is_junior
 
     state = read_torch_file(path)
     junior = is_junior(state)

@@ -165,7 +165,7 @@ def _prepare_folder(cfg: Config, folder: Path, driver: str | None) -> list[int] 
     finally:
         env.close()
     if driver is not None:
-        from ace_hybrid.training.junior import load_junior
+        from ace_hybrid.training.junior_file import load_junior
 
         if load_junior(driver)["action_set"] != indices:
             raise ValueError(f"driver = {driver}: the junior acts over another action set than env.action_set = "

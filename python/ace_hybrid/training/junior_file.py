@@ -1,0 +1,34 @@
+"""Reading a junior file (:mod:`ace_hybrid.training.junior` writes them): apart, so that what only plays a junior
+(:func:`~ace_hybrid.training.policy.load_agent`, a collection a junior drives) need not import what fits one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+__all__ = ["JUNIOR_FORMAT", "checked_junior", "is_junior", "load_junior"]
+
+JUNIOR_FORMAT = 1
+_KEYS = ("format", "kind", "config", "actor", "normalizer", "action_set", "fit")
+
+
+def load_junior(path: str | Path) -> dict[str, Any]:
+    """A junior file's contents, or a clear error for a missing, foreign or damaged file."""
+    from ace_hybrid.training.checkpoint import read_torch_file
+
+    return checked_junior(read_torch_file(path), path)
+
+
+def is_junior(state: Any) -> bool:
+    """What :func:`~ace_hybrid.training.checkpoint.read_torch_file` read is a junior file (else a checkpoint)."""
+    return isinstance(state, dict) and state.get("kind") == "junior"
+
+
+def checked_junior(state: Any, path: str | Path) -> dict[str, Any]:
+    """``state``, read from ``path``, if it is a complete junior file; else ValueError naming ``path``."""
+    if not isinstance(state, dict) or state.get("kind") != "junior" or state.get("format") != JUNIOR_FORMAT:
+        raise ValueError(f"{path} is not an ace_hybrid junior file of format {JUNIOR_FORMAT}")
+    missing = [k for k in _KEYS if k not in state]
+    if missing:
+        raise ValueError(f"{path} is not a complete junior file: it lacks {missing}")
+    return state
