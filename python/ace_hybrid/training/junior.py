@@ -15,8 +15,8 @@ normaliser, the action set, and how it was trained.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
