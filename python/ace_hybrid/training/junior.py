@@ -94,26 +94,7 @@ def fit_junior(folder: str | Path, decisions: int | None = None, *, validation: 
     if not 0 < lr <= 1:
         raise ValueError(f"lr = {lr!r} out of range: expected (0, 1]")
     meta, cfg = read_meta(folder), config_of(folder)
-    for other in (*([validation] if validation is not None else []), *also):
-        if read_meta(other)["action_set"] != meta["action_set"]:
-            raise ValueError(f"{other} was collected over another action set than {folder}")
-    if validation is not None:
-        train, val = load_decisions(folder, decisions), load_decisions(validation)
-    else:
-        # The same held-out episodes whatever ``decisions``: juniors of different sizes are compared on one set.
-        data = load_decisions(folder)
-        held = data.episode % HOLDOUT_EVERY == HOLDOUT_EVERY - 1
-        train, val = _rows(data, ~held), _rows(data, held)
-        if decisions is not None:
-            if decisions > len(train):
-                raise ValueError(f"decisions = {decisions} out of range: {folder} holds {len(train)} decisions "
-                                 f"outside its held-out episodes; expected [1, {len(train)}] (collect more)")
-            train = _rows(train, np.arange(len(train)) < decisions)
-    episodes = int(np.unique(train.episode).size)
-    if also:
-        extra = [load_decisions(f) for f in also]
-        episodes += sum(int(np.unique(d.episode).size) for d in extra)  # each collection numbers its own from 0
-        train = Decisions(*(np.concatenate(cols) for cols in zip(train, *extra)))
+    train, val, episodes = _split(folder, decisions, validation, also)
     normalizer = RunningNormalizer(train.obs.shape[1])
     normalizer.update(train.obs)
     torch.manual_seed(seed)
@@ -152,6 +133,33 @@ def fit_junior(folder: str | Path, decisions: int | None = None, *, validation: 
            "tutor_do_nothing_share": round(float(np.mean(train.action == 0)), 4),
            "history": history, "seconds": round(time.perf_counter() - started, 1)}
     return Junior(policy, normalizer, cfg, meta["action_set"], fit)
+
+
+def _split(folder: str | Path, decisions: int | None, validation: str | Path | None,
+           also: Sequence[str | Path]) -> tuple[Decisions, Decisions, int]:
+    """(training decisions, validation decisions, training episodes) of :func:`fit_junior`'s arguments."""
+    action_set = read_meta(folder)["action_set"]
+    for other in (*([validation] if validation is not None else []), *also):
+        if read_meta(other)["action_set"] != action_set:
+            raise ValueError(f"{other} was collected over another action set than {folder}")
+    if validation is not None:
+        train, val = load_decisions(folder, decisions), load_decisions(validation)
+    else:
+        # The same held-out episodes whatever ``decisions``: juniors of different sizes are compared on one set.
+        data = load_decisions(folder)
+        held = data.episode % HOLDOUT_EVERY == HOLDOUT_EVERY - 1
+        train, val = _rows(data, ~held), _rows(data, held)
+        if decisions is not None:
+            if decisions > len(train):
+                raise ValueError(f"decisions = {decisions} out of range: {folder} holds {len(train)} decisions "
+                                 f"outside its held-out episodes; expected [1, {len(train)}] (collect more)")
+            train = _rows(train, np.arange(len(train)) < decisions)
+    episodes = int(np.unique(train.episode).size)
+    if also:
+        extra = [load_decisions(f) for f in also]
+        episodes += sum(int(np.unique(d.episode).size) for d in extra)  # each collection numbers its own from 0
+        train = Decisions(*(np.concatenate(cols) for cols in zip(train, *extra, strict=True)))
+    return train, val, episodes
 
 
 def _rows(d: Decisions, keep: np.ndarray) -> Decisions:
