@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ace_hybrid.experiment.statistics import interval
+
 DRAWS, SEED = 10_000, 0
 
 
@@ -51,7 +53,7 @@ def _do_nothing(folder: Path, pairs: list[tuple[int, int]]) -> tuple[np.ndarray,
 
 
 def _interval(draws: np.ndarray) -> str:
-    lo, hi = np.percentile(draws, [2.5, 97.5])
+    lo, hi = interval(draws)
     return f"[{lo:+.1f}, {hi:+.1f}]"
 
 
@@ -85,7 +87,7 @@ def main() -> None:
     gain_j = (rate["Junior (driving)"] - rate["DoNothing"])[idx].mean(1)
     kept = 100 * gain_j / np.where(gain_t == 0, np.nan, gain_t)
     whole = 100 * (rate["Junior (driving)"] - rate["DoNothing"]).mean() / (rate["Tutor"] - rate["DoNothing"]).mean()
-    lo, hi = np.nanpercentile(kept, [2.5, 97.5])
+    lo, hi = interval(kept)
     print(f"\nShare of the tutor's gain over doing nothing the junior keeps: {whole:.0f}% [{lo:.0f}, {hi:.0f}]")
 
 
