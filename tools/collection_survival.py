@@ -54,7 +54,7 @@ def _do_nothing(folder: Path, pairs: list[tuple[int, int]]) -> tuple[np.ndarray,
 
 def _interval(draws: np.ndarray) -> str:
     lo, hi = interval(draws)
-    return f"[{lo:+.1f}, {hi:+.1f}]"
+    return "[n/a]" if lo is None else f"[{lo:+.1f}, {hi:+.1f}]"
 
 
 def main() -> None:
@@ -88,7 +88,8 @@ def main() -> None:
     kept = 100 * gain_j / np.where(gain_t == 0, np.nan, gain_t)
     whole = 100 * (rate["Junior (driving)"] - rate["DoNothing"]).mean() / (rate["Tutor"] - rate["DoNothing"]).mean()
     lo, hi = interval(kept)
-    print(f"\nShare of the tutor's gain over doing nothing the junior keeps: {whole:.0f}% [{lo:.0f}, {hi:.0f}]")
+    spread = "no interval: the tutor gains nothing in any draw" if lo is None else f"[{lo:.0f}, {hi:.0f}]"
+    print(f"\nShare of the tutor's gain over doing nothing the junior keeps: {whole:.0f}% {spread}")
 
 
 if __name__ == "__main__":
