@@ -329,3 +329,28 @@ def test_evaluate_and_train_run_on_a_generated_week_by_name_and_path(tmp_path):
                             "env.name=l2rpn_case14_sandbox", "--set", f"env.data={dataset.path}"],
                            env=env, capture_output=True, text=True, timeout=300)
     assert wrong.returncode == 2 and "holds 'l2rpn_idf_2023' data but env.name = 'l2rpn_case14_sandbox'" in wrong.stderr
+
+
+@pytest.mark.grid2op
+def test_a_tutor_collection_plays_validation_weeks_and_refuses_test_weeks(tmp_path, capsys):
+    _data_modules()
+    from data_fixtures import offline_weeks_set
+
+    from ace_hybrid.cli import main
+    from ace_hybrid.config import load_config
+    from ace_hybrid.training.tutor_decisions import collect_decisions
+
+    dataset = offline_weeks_set(tmp_path)
+    (dataset.path / "splits.json").write_text(json.dumps({"train": [0], "validation": [], "test": [3],
+                                                           "flagged": {}}))
+    cfg = load_config(None, ["env.name=l2rpn_idf_2023", f"env.data={dataset.path}", "env.train_scenarios=[0]",
+                             "env.eval_pairs=[[0, 1]]", "env.action_set=tutor:5"])
+    with pytest.raises(ValueError, match=r"weeks \[3\] of .* are test weeks"):
+        collect_decisions(cfg, tmp_path / "c", 5, progress=False, scenarios=[0, 3])
+    base = ["junior", "collect", "--set", "env.name=l2rpn_idf_2023", "--set", f"env.data={dataset.path}",
+            "--decisions", "5", "--out", str(tmp_path / "c")]
+    assert main([*base, "--scenarios", "validation"]) == 2  # the set has no validation week left
+    assert "scenarios = [] out of range" in capsys.readouterr().err
+    assert main([*base, "--scenarios", "3,x"]) == 2
+    assert "--scenarios '3,x': expected comma-separated scenario ids or `validation`" in capsys.readouterr().err
+    assert not (tmp_path / "c").exists()  # refused before anything was written or played

@@ -294,3 +294,34 @@ def test_dagger_the_junior_plays_the_tutor_labels_and_a_refit_trains_on_both(col
                           progress=False, driver=junior)
     with pytest.raises(ValueError, match="collected with driver = None"):
         collect_decisions(load_config(None, COLLECT), collection, 5, progress=False, driver=junior)
+
+
+def test_a_collection_on_other_scenarios_keeps_the_action_set_and_validates_a_fit(collection: Path,
+                                                                                  tmp_path: Path) -> None:
+    """``collect --scenarios``: episodes on scenarios the junior never trains on, over the action set the training
+    scenarios select, so ``fit --validation`` measures accuracy on them; never a run's tutor data."""
+    import subprocess
+
+    from ace_hybrid.training.junior import store_tutor_data
+    from ace_hybrid.training.tutor_decisions import read_meta
+
+    folder = tmp_path / "held-out"
+    collect_decisions(load_config(None, COLLECT), folder, 20, jobs=1, progress=False, scenarios=[2])
+    meta = read_meta(folder)
+    assert meta["action_set"] == read_meta(collection)["action_set"]  # selected on scenarios 0 and 1, as the fit's
+    assert meta["config"]["env"]["train_scenarios"] == [2]
+    assert {int(np.load(p)["scenario"]) for p in (folder / "episodes").glob("*.npz")} == {2}
+    held = load_decisions(folder)
+    fitted = fit_junior(collection, validation=folder, epochs=2, progress=False).fit
+    assert fitted["validation_decisions"] == len(held) and fitted["validation_collection"] == str(folder)
+    assert 0.0 <= fitted["validation_accuracy"] <= 1.0
+    with pytest.raises(ValueError, match="env.train_scenarios = \\[2\\], this run has \\[0, 1\\]"):
+        store_tutor_data(type("R", (), {"cfg": load_config(None, COLLECT)})(), folder)
+    with pytest.raises(ValueError, match="scenarios = \\[\\] out of range"):
+        collect_decisions(load_config(None, COLLECT), tmp_path / "x", 5, progress=False, scenarios=[])
+    # The errors tool measures a junior on such a collection (every decision of it held out).
+    junior = save_junior(tmp_path / "junior.pt", fit_junior(collection, epochs=2, progress=False))
+    tool = Path(__file__).resolve().parents[1] / "tools" / "junior_errors.py"
+    out = subprocess.run([sys.executable, str(tool), str(collection), str(junior), "--on", str(folder)],
+                         capture_output=True, text=True, check=True).stdout
+    assert out.startswith(f"{len(held)} held-out decisions")

@@ -1,8 +1,11 @@
-"""Where a junior departs from its tutor, on the held-out episodes of the collection it was fitted on: its accuracy,
-how often each acts, how often it acts where the tutor did nothing (and the reverse), and the one-line control
-(the most frequent legal action of the training episodes).
+"""Where a junior departs from its tutor, on the held-out episodes of the collection it was fitted on (or, with
+``--on``, on another collection: the tutor on weeks the junior never saw): its accuracy, how often each acts, how
+often it acts where the tutor did nothing (and the reverse), and the one-line control (the most frequent legal
+action of the training episodes).
 
     PYTHONPATH=python python tools/junior_errors.py runs/junior/tutor-train runs/junior/junior-9.6k.pt
+    PYTHONPATH=python python tools/junior_errors.py runs/junior/tutor8-train runs/junior/junior8.pt \
+        --on runs/junior/tutor8-val
 """
 
 from __future__ import annotations
@@ -15,20 +18,28 @@ from ace_hybrid.config import config_from_dict
 from ace_hybrid.grid.features import RunningNormalizer
 from ace_hybrid.sac import SACPolicy
 from ace_hybrid.training.junior import HOLDOUT_EVERY, action_features, load_junior
-from ace_hybrid.training.tutor_decisions import load_decisions
+from ace_hybrid.training.tutor_decisions import load_decisions, read_meta
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("data", help="the collection the junior was fitted on (ace-hybrid junior collect --out)")
     parser.add_argument("juniors", nargs="+", help="junior files (ace-hybrid junior fit --out)")
+    parser.add_argument("--on", default=None, metavar="DIR",
+                        help="measure on this collection (e.g. junior collect --scenarios validation) instead of the "
+                        "held-out episodes of DATA; the rule then counts all of DATA")
     args = parser.parse_args()
     d = load_decisions(args.data)
     held = d.episode % HOLDOUT_EVERY == HOLDOUT_EVERY - 1
-    if not held.any():
+    if args.on is None and not held.any():
         parser.error(f"{args.data} has no held-out episode (every {HOLDOUT_EVERY}th): collect more")
+    counts = np.bincount(d.action[~held] if args.on is None else d.action, minlength=d.mask.shape[1])
+    if args.on is not None:
+        if read_meta(args.on)["action_set"] != read_meta(args.data)["action_set"]:
+            parser.error(f"{args.on} was collected over another action set than {args.data}")
+        d = load_decisions(args.on)
+        held = np.ones(len(d), bool)
     tutor, masks = d.action[held], d.mask[held]
-    counts = np.bincount(d.action[~held], minlength=d.mask.shape[1])
     rule = np.where(masks, counts, -1).argmax(1)
     print(f"{int(held.sum())} held-out decisions; the tutor does nothing at {np.mean(tutor == 0):.1%}; the most "
           f"frequent legal action of the training episodes matches it at {np.mean(rule == tutor):.1%}\n")

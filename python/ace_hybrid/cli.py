@@ -371,6 +371,9 @@ def _add_junior(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     col.add_argument("--jobs", type=positive_int, default=1, metavar="N", help="episodes at once, one core each")
     col.add_argument("--driver", type=Path, default=None, metavar="JUNIOR.pt",
                      help="DAgger: this junior plays (alone) and the tutor only labels its decisions; for fit --also")
+    col.add_argument("--scenarios", default=None, metavar="LIST|validation",
+                     help="play these scenarios (comma-separated ids, or `validation`: a generated set's validation "
+                     "weeks) instead of env.train_scenarios, over the action set those select; for fit --validation")
     col.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     fit = verbs.add_parser("fit", help="behaviour-clone a junior on a collection's first N decisions")
     fit.add_argument("--data", type=Path, required=True, help="a collection folder (junior collect --out)")
@@ -387,6 +390,25 @@ def _add_junior(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     fit.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
+def _collect_scenarios(cfg: Any, spec: str | None) -> list[int] | None:
+    """``junior collect --scenarios``: None, the ids of a comma-separated list, or the set's validation weeks."""
+    if spec is None:
+        return None
+    if spec.strip() == "validation":
+        from ace_hybrid.data.sets import find_set
+        from ace_hybrid.data.splits import read_splits
+
+        dataset = find_set(cfg.env.data) if cfg.env.data else None
+        if dataset is None:
+            raise ValueError(f"--scenarios validation: env.data = {cfg.env.data!r} is not a generated set (make data); "
+                             "give the scenario ids instead, e.g. --scenarios 6,20")
+        return [int(k) for k in read_splits(dataset)["validation"]]
+    try:
+        return [int(k) for k in spec.split(",")]
+    except ValueError:
+        raise ValueError(f"--scenarios {spec!r}: expected comma-separated scenario ids or `validation`") from None
+
+
 def cmd_junior(args: argparse.Namespace) -> int:
     if args.verb == "collect":
         from ace_hybrid.config import load_config
@@ -394,7 +416,7 @@ def cmd_junior(args: argparse.Namespace) -> int:
 
         cfg = load_config(args.config, args.overrides)
         done = collect_decisions(cfg, args.out, args.decisions, jobs=args.jobs, progress=not args.no_progress,
-                                 driver=args.driver)
+                                 driver=args.driver, scenarios=_collect_scenarios(cfg, args.scenarios))
         print(f"{args.out}: {done['decisions']} tutor decisions in {done['episodes']} episodes "
               f"({done['steps']} steps, {done['blackouts']} blackouts); this session {done['last_session_seconds']} s")
         if args.driver is None:

@@ -102,9 +102,10 @@ def _prefix(counts: dict[int, int]) -> tuple[int, int]:
 
 
 def collect_decisions(cfg: Config, folder: str | Path, decisions: int, *, jobs: int = 1, progress: bool = True,
-                      driver: str | Path | None = None) -> dict[str, Any]:
+                      driver: str | Path | None = None, scenarios: list[int] | None = None) -> dict[str, Any]:
     """Play training episodes 0, 1, ... with the tutor until they hold at least ``decisions`` tutor decisions;
-    with ``driver`` (a junior file over the same action set), the junior plays and the tutor labels.
+    with ``driver`` (a junior file over the same action set), the junior plays and the tutor labels; with
+    ``scenarios``, the episodes are on those scenarios, the action set still selected on ``env.train_scenarios``.
 
     Rerunning continues (finished episodes are kept); a folder collected with another configuration is refused.
     Returns the summary also written into ``tutor.json``: episodes, decisions, steps, blackouts, seconds.
@@ -113,7 +114,7 @@ def collect_decisions(cfg: Config, folder: str | Path, decisions: int, *, jobs: 
     ------
     ValueError
         ``decisions`` or ``jobs`` out of range, a folder made with another configuration, action set or driver,
-        or a driver over another action set.
+        a driver over another action set, or ``scenarios`` holding a test week of a generated set.
     """
     if isinstance(decisions, bool) or not isinstance(decisions, int) or not 1 <= decisions <= 10_000_000:
         raise ValueError(f"decisions = {decisions!r} out of range: expected an integer in [1, 10000000]")
@@ -121,7 +122,7 @@ def collect_decisions(cfg: Config, folder: str | Path, decisions: int, *, jobs: 
         raise ValueError(f"jobs = {jobs!r} out of range: expected an integer in [1, 64]")
     folder = Path(folder)
     driver = None if driver is None else str(driver)
-    indices = _prepare_folder(cfg, folder, driver)
+    indices, cfg = _prepare_folder(cfg, folder, driver, scenarios)
     counts = _episodes_on_disk(folder)
     started = time.perf_counter()
     bar = _bar(progress, decisions, _prefix(counts)[1])
@@ -151,19 +152,23 @@ def collect_decisions(cfg: Config, folder: str | Path, decisions: int, *, jobs: 
     return _write_summary(folder, cfg, indices, time.perf_counter() - started)
 
 
-def _prepare_folder(cfg: Config, folder: Path, driver: str | None) -> list[int] | None:
-    """The action set (selected and cached as a run selects it), and ``tutor.json``; a folder made with another
-    configuration or driver, and a driver over another action set, are refused."""
+def _prepare_folder(cfg: Config, folder: Path, driver: str | None,
+                    scenarios: list[int] | None) -> tuple[list[int] | None, Config]:
+    """The action set (selected and cached as a run selects it) and the configuration the episodes are played
+    with, after writing ``tutor.json``; a folder made with another configuration or driver, and a driver over
+    another action set, are refused."""
     from ace_hybrid.grid.action_set import action_set_indices
     from ace_hybrid.grid.catalog import ActionCatalog
     from ace_hybrid.grid.env import make_config_env
 
     cfg = _tutor_everywhere(cfg)
+    played = cfg if scenarios is None else _played_on(cfg, scenarios)  # checked before the action set's minutes
     env = make_config_env(cfg)
     try:
         indices = action_set_indices(cfg, env, ActionCatalog.for_env(env))
     finally:
         env.close()
+    cfg = played
     if driver is not None:
         from ace_hybrid.training.junior_file import load_junior
 
@@ -178,10 +183,26 @@ def _prepare_folder(cfg: Config, folder: Path, driver: str | None) -> list[int] 
         if meta.get("driver") != driver:
             raise ValueError(f"{folder} was collected with driver = {meta.get('driver')!r}, not {driver!r}: collect "
                              "into a new folder")
-        return indices
+        return indices, cfg
     atomic_write_json(folder / _META, {"format": DECISIONS_FORMAT, "config": cfg.to_dict(), "action_set": indices,
                                        "driver": driver})
-    return indices
+    return indices, cfg
+
+
+def _played_on(cfg: Config, scenarios: list[int]) -> Config:
+    """``cfg`` with its episodes on ``scenarios`` (checked: integers, and no test week of a generated set)."""
+    from ace_hybrid.data.sets import find_set
+    from ace_hybrid.data.splits import read_splits
+
+    if not scenarios or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 0 for k in scenarios):
+        raise ValueError(f"scenarios = {scenarios!r} out of range: expected a non-empty list of scenario ids >= 0")
+    dataset = find_set(cfg.env.data) if cfg.env.data else None
+    if dataset is not None:
+        test = sorted(set(scenarios) & set(read_splits(dataset)["test"]))
+        if test:
+            raise ValueError(f"scenarios = {scenarios}: weeks {test} of {cfg.env.data} are test weeks, which no "
+                             "collection may play (choose among its training and validation weeks)")
+    return dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, train_scenarios=list(scenarios)))
 
 
 def _tutor_everywhere(cfg: Config) -> Config:
