@@ -325,3 +325,14 @@ def test_a_collection_on_other_scenarios_keeps_the_action_set_and_validates_a_fi
     out = subprocess.run([sys.executable, str(tool), str(collection), str(junior), "--on", str(folder)],
                          capture_output=True, text=True, check=True).stdout
     assert out.startswith(f"{len(held)} held-out decisions")
+    # A junior of scenario 0's episodes only, and the curve against training weeks measured on the unseen scenario.
+    theirs = load_decisions(collection)
+    on_zero = fit_junior(collection, scenarios=[0], epochs=1, progress=False).fit
+    assert on_zero["decisions"] == int(np.sum(theirs.episode % 2 == 0)) and on_zero["scenarios"] == [0]
+    with pytest.raises(ValueError, match=r"scenarios = \[5\] out of range: .* plays scenarios \[0, 1\]"):
+        fit_junior(collection, scenarios=[5], progress=False)
+    tool = tool.with_name("junior_weeks_curve.py")
+    out = subprocess.run([sys.executable, str(tool), str(collection), str(folder), "--weeks", "1,2"],
+                         capture_output=True, text=True, check=True).stdout
+    rows = [line for line in out.splitlines() if line.startswith("| 1 |") or line.startswith("| 2 |")]
+    assert len(rows) == 2 and f"| {on_zero['decisions']:,} |" in rows[0]

@@ -31,7 +31,7 @@ from ace_hybrid.training.junior_file import JUNIOR_FORMAT, checked_junior, is_ju
 from ace_hybrid.training.tutor_decisions import Decisions, config_of, load_decisions, read_meta
 
 __all__ = ["HOLDOUT_EVERY", "JUNIOR_FORMAT", "Junior", "action_features", "checked_junior", "fit_junior", "init_from_junior",
-           "is_junior", "load_junior", "save_junior", "store_tutor_data"]
+           "is_junior", "junior_hits", "load_junior", "save_junior", "store_tutor_data"]
 
 _SAME_EPISODES = ("name", "data", "train_scenarios", "train_seed_start", "action_set", "threshold", "start_spread",
                   "max_episode_steps")
@@ -72,11 +72,12 @@ def _logits(policy: SACPolicy, x: torch.Tensor) -> torch.Tensor:
 
 
 def fit_junior(folder: str | Path, decisions: int | None = None, *, validation: str | Path | None = None,
-               also: Sequence[str | Path] = (), epochs: int = 30, batch_size: int = 256, lr: float = 1e-3,
-               seed: int = 0, progress: bool = True) -> Junior:
+               also: Sequence[str | Path] = (), scenarios: Sequence[int] | None = None, epochs: int = 30,
+               batch_size: int = 256, lr: float = 1e-3, seed: int = 0, progress: bool = True) -> Junior:
     """Behaviour-clone the tutor's first ``decisions`` decisions (None: all) of the collection in ``folder``, and
     every decision of the collections ``also`` (e.g. DAgger's: the tutor's labels on a junior's own states, ``junior
-    collect --driver``), which the validation decisions never include.
+    collect --driver``), which the validation decisions never include. ``scenarios``: only the episodes of ``folder``
+    on these scenarios (e.g. the first n training weeks, for a curve against weeks), training and held out alike.
 
     ``validation``: a collection to measure validation accuracy on (same configuration's grid and action set);
     None holds out every :data:`HOLDOUT_EVERY`-th episode of the whole collection instead, and ``decisions``
@@ -94,7 +95,7 @@ def fit_junior(folder: str | Path, decisions: int | None = None, *, validation: 
     if not 0 < lr <= 1:
         raise ValueError(f"lr = {lr!r} out of range: expected (0, 1]")
     meta, cfg = read_meta(folder), config_of(folder)
-    train, val, episodes = _split(folder, decisions, validation, also)
+    train, val, episodes = _split(folder, decisions, validation, also, scenarios)
     normalizer = RunningNormalizer(train.obs.shape[1])
     normalizer.update(train.obs)
     torch.manual_seed(seed)
@@ -126,6 +127,7 @@ def fit_junior(folder: str | Path, decisions: int | None = None, *, validation: 
     policy._factor_cache.clear()  # noqa: SLF001 - parameters changed outside an optimiser step of the policy
     kept = max(history, key=lambda h: h["validation_accuracy"]) if len(val) else history[-1]
     fit = {"collection": str(folder), "also": [str(f) for f in also],
+           "scenarios": None if scenarios is None else [int(k) for k in scenarios],
            "validation_collection": str(validation) if validation else None,
            "decisions": len(train), "validation_decisions": len(val), "episodes": episodes,
            "epochs": epochs, "batch_size": batch_size, "lr": lr, "seed": seed, "kept_epoch": kept["epoch"],
@@ -135,31 +137,64 @@ def fit_junior(folder: str | Path, decisions: int | None = None, *, validation: 
     return Junior(policy, normalizer, cfg, meta["action_set"], fit)
 
 
-def _split(folder: str | Path, decisions: int | None, validation: str | Path | None,
-           also: Sequence[str | Path]) -> tuple[Decisions, Decisions, int]:
+def _split(folder: str | Path, decisions: int | None, validation: str | Path | None, also: Sequence[str | Path],
+           scenarios: Sequence[int] | None = None) -> tuple[Decisions, Decisions, int]:
     """(training decisions, validation decisions, training episodes) of :func:`fit_junior`'s arguments."""
     action_set = read_meta(folder)["action_set"]
+    on = None if scenarios is None else _on_scenarios(folder, scenarios)
     for other in (*([validation] if validation is not None else []), *also):
         if read_meta(other)["action_set"] != action_set:
             raise ValueError(f"{other} was collected over another action set than {folder}")
     if validation is not None:
-        train, val = load_decisions(folder, decisions), load_decisions(validation)
+        train, val = load_decisions(folder, decisions if on is None else None), load_decisions(validation)
+        if on is not None:
+            train = _first(_rows(train, on(train.episode)), decisions, folder)
     else:
         # The same held-out episodes whatever ``decisions``: juniors of different sizes are compared on one set.
         data = load_decisions(folder)
+        if on is not None:
+            data = _rows(data, on(data.episode))
         held = data.episode % HOLDOUT_EVERY == HOLDOUT_EVERY - 1
         train, val = _rows(data, ~held), _rows(data, held)
-        if decisions is not None:
-            if decisions > len(train):
-                raise ValueError(f"decisions = {decisions} out of range: {folder} holds {len(train)} decisions "
-                                 f"outside its held-out episodes; expected [1, {len(train)}] (collect more)")
-            train = _rows(train, np.arange(len(train)) < decisions)
+        train = _first(train, decisions, folder)
     episodes = int(np.unique(train.episode).size)
     if also:
         extra = [load_decisions(f) for f in also]
         episodes += sum(int(np.unique(d.episode).size) for d in extra)  # each collection numbers its own from 0
         train = Decisions(*(np.concatenate(cols) for cols in zip(train, *extra, strict=True)))
     return train, val, episodes
+
+
+def _first(train: Decisions, decisions: int | None, folder: str | Path) -> Decisions:
+    """The first ``decisions`` of ``train`` (None: all); ``ValueError`` when it holds fewer."""
+    if decisions is None:
+        return train
+    if decisions > len(train):
+        raise ValueError(f"decisions = {decisions} out of range: {folder} holds {len(train)} decisions to train on "
+                         f"(outside held-out episodes, on the chosen scenarios); expected [1, {len(train)}]")
+    return _rows(train, np.arange(len(train)) < decisions)
+
+
+def _on_scenarios(folder: str | Path, scenarios: Sequence[int]) -> Any:
+    """A test of episode ids: is the episode on one of ``scenarios``? (``ValueError`` naming a scenario the
+    collection never plays.)"""
+    from ace_hybrid.training.rollout import episode_of
+
+    cfg = config_of(folder)
+    played = set(cfg.env.train_scenarios)
+    missing = sorted(set(int(k) for k in scenarios) - played)
+    if not scenarios or missing:
+        raise ValueError(f"scenarios = {list(scenarios)} out of range: {folder} plays scenarios {sorted(played)}")
+    keep = {int(k) for k in scenarios}
+    return lambda episode: np.asarray([episode_of(cfg, int(k))[0] in keep for k in episode], bool)
+
+
+def junior_hits(junior: Junior, d: Decisions) -> np.ndarray:
+    """(N,) bool: at each decision of ``d`` (e.g. another collection's), is the junior's most likely legal action
+    the tutor's? Its mean is the accuracy :func:`fit_junior` reports."""
+    x, action, mask = _tensors(d, junior.normalizer)
+    with torch.no_grad():
+        return (_logits(junior.policy, x).masked_fill(~mask, -torch.inf).argmax(1) == action).numpy()
 
 
 def _rows(d: Decisions, keep: np.ndarray) -> Decisions:
