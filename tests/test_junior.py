@@ -138,6 +138,16 @@ def test_junior_files_refuse_foreign_and_bad_arguments(collection: Path, tmp_pat
         fit_junior(collection, epochs=0, progress=False)
     with pytest.raises(ValueError, match=r"lr = 2 out of range"):
         fit_junior(collection, lr=2, progress=False)
+    with pytest.raises(ValueError, match=r"weight_decay = -0.1 out of range: expected \[0, 10\]"):
+        fit_junior(collection, weight_decay=-0.1, progress=False)
+    with pytest.raises(ValueError, match=r"noise = 11 out of range: expected \[0, 10\]"):
+        fit_junior(collection, noise=11, progress=False)
+    # The regularisers change the fit and are recorded.
+    plain = fit_junior(collection, epochs=2, progress=False)
+    noisy = fit_junior(collection, epochs=2, weight_decay=0.1, noise=0.5, progress=False)
+    assert noisy.fit["weight_decay"] == 0.1 and noisy.fit["noise"] == 0.5
+    first = next(iter(plain.policy.actor.state_dict()))
+    assert not torch.equal(plain.policy.actor.state_dict()[first], noisy.policy.actor.state_dict()[first])
 
 
 def test_an_experiment_row_tests_the_junior_its_set_names(collection: Path, tmp_path: Path) -> None:

@@ -385,6 +385,9 @@ def _add_junior(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
                      help="another collection to train on in full (repeatable), e.g. one of collect --driver")
     fit.add_argument("--epochs", type=positive_int, default=30)
     fit.add_argument("--lr", type=float, default=1e-3)
+    fit.add_argument("--weight-decay", type=float, default=0.0, help="AdamW's weight decay (default 0)")
+    fit.add_argument("--noise", type=float, default=0.0,
+                     help="std of Gaussian noise on the normalised features of each training batch (default 0)")
     fit.add_argument("--seed", type=int, default=0)
     fit.add_argument("--out", type=Path, required=True, help="the junior file to write (e.g. junior.pt)")
     fit.add_argument("--no-progress", action="store_true", help="hide the progress bar")
@@ -428,7 +431,8 @@ def cmd_junior(args: argparse.Namespace) -> int:
     from ace_hybrid.training.junior import fit_junior, save_junior
 
     junior = fit_junior(args.data, args.decisions, validation=args.validation, also=args.also, epochs=args.epochs,
-                        lr=args.lr, seed=args.seed, progress=not args.no_progress)
+                        lr=args.lr, weight_decay=args.weight_decay, noise=args.noise, seed=args.seed,
+                        progress=not args.no_progress)
     save_junior(args.out, junior)
     f = junior.fit
     held = (f"{f['validation_accuracy']:.1%} (validation, {f['validation_decisions']} decisions)"

@@ -73,11 +73,14 @@ def _logits(policy: SACPolicy, x: torch.Tensor) -> torch.Tensor:
 
 def fit_junior(folder: str | Path, decisions: int | None = None, *, validation: str | Path | None = None,
                also: Sequence[str | Path] = (), scenarios: Sequence[int] | None = None, epochs: int = 30,
-               batch_size: int = 256, lr: float = 1e-3, seed: int = 0, progress: bool = True) -> Junior:
+               batch_size: int = 256, lr: float = 1e-3, weight_decay: float = 0.0, noise: float = 0.0,
+               seed: int = 0, progress: bool = True) -> Junior:
     """Behaviour-clone the tutor's first ``decisions`` decisions (None: all) of the collection in ``folder``, and
     every decision of the collections ``also`` (e.g. DAgger's: the tutor's labels on a junior's own states, ``junior
     collect --driver``), which the validation decisions never include. ``scenarios``: only the episodes of ``folder``
     on these scenarios (e.g. the first n training weeks, for a curve against weeks), training and held out alike.
+    Two regularisers against learning the training weeks by heart: ``weight_decay`` (AdamW's, decoupled) and
+    ``noise``, the standard deviation of Gaussian noise added to the normalised features of every training batch.
 
     ``validation``: a collection to measure validation accuracy on (same configuration's grid and action set);
     None holds out every :data:`HOLDOUT_EVERY`-th episode of the whole collection instead, and ``decisions``
@@ -94,6 +97,9 @@ def fit_junior(folder: str | Path, decisions: int | None = None, *, validation: 
             raise ValueError(f"{name} = {v!r} out of range: expected an integer >= {low}")
     if not 0 < lr <= 1:
         raise ValueError(f"lr = {lr!r} out of range: expected (0, 1]")
+    for name, v in (("weight_decay", weight_decay), ("noise", noise)):
+        if not 0 <= v <= 10:
+            raise ValueError(f"{name} = {v!r} out of range: expected [0, 10]")
     meta, cfg = read_meta(folder), config_of(folder)
     train, val, episodes = _split(folder, decisions, validation, also, scenarios)
     normalizer = RunningNormalizer(train.obs.shape[1])
@@ -103,7 +109,7 @@ def fit_junior(folder: str | Path, decisions: int | None = None, *, validation: 
                        action_features=action_features(cfg, meta["action_set"]), seed=seed)
     t = _tensors(train, normalizer)
     v = _tensors(val, normalizer)
-    opt = torch.optim.Adam(policy.actor.parameters(), lr=lr)
+    opt = torch.optim.AdamW(policy.actor.parameters(), lr=lr, weight_decay=weight_decay)
     gen = torch.Generator().manual_seed(seed)
     history, best, best_state = [], -1.0, None
     started = time.perf_counter()
@@ -112,7 +118,9 @@ def fit_junior(folder: str | Path, decisions: int | None = None, *, validation: 
     for epoch in trange(epochs, desc=f"junior on {len(train)} decisions", disable=not progress):
         policy.actor.train()
         for rows in torch.randperm(len(train), generator=gen).split(batch_size):
-            logits = _logits(policy, t[0][rows]).masked_fill(~t[2][rows], -1e9)
+            x = t[0][rows]
+            logits = _logits(policy, x + noise * torch.randn(x.shape, generator=gen) if noise else x)
+            logits = logits.masked_fill(~t[2][rows], -1e9)
             loss = F.cross_entropy(logits, t[1][rows])
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -130,7 +138,8 @@ def fit_junior(folder: str | Path, decisions: int | None = None, *, validation: 
            "scenarios": None if scenarios is None else [int(k) for k in scenarios],
            "validation_collection": str(validation) if validation else None,
            "decisions": len(train), "validation_decisions": len(val), "episodes": episodes,
-           "epochs": epochs, "batch_size": batch_size, "lr": lr, "seed": seed, "kept_epoch": kept["epoch"],
+           "epochs": epochs, "batch_size": batch_size, "lr": lr, "weight_decay": weight_decay, "noise": noise,
+           "seed": seed, "kept_epoch": kept["epoch"],
            "train_accuracy": kept["train_accuracy"], "validation_accuracy": kept["validation_accuracy"],
            "tutor_do_nothing_share": round(float(np.mean(train.action == 0)), 4),
            "history": history, "seconds": round(time.perf_counter() - started, 1)}
