@@ -354,3 +354,21 @@ def test_a_tutor_collection_plays_validation_weeks_and_refuses_test_weeks(tmp_pa
     assert main([*base, "--scenarios", "3,x"]) == 2
     assert "--scenarios '3,x': expected comma-separated scenario ids or `validation`" in capsys.readouterr().err
     assert not (tmp_path / "c").exists()  # refused before anything was written or played
+    # An experiment refuses a junior fitted on a week outside the training split (its `learnt_from`).
+    import torch
+
+    from ace_hybrid.experiment import load_experiment
+
+    (dataset.path / "splits.json").write_text(json.dumps({"train": [0], "validation": [5], "test": [3],
+                                                           "flagged": {}}))  # week 5: a validation week on paper
+    junior = {"format": 1, "kind": "junior", "config": cfg.to_dict(), "actor": {}, "normalizer": {},
+              "action_set": None, "fit": {"learnt_from": [0, 3]}}
+    torch.save(junior, tmp_path / "junior.pt")
+    config = ROOT / "configs" / "l2rpn_idf_2023.toml"
+    (tmp_path / "e.toml").write_text(
+        f'name = "j"\nconfig = "{config}"\nseeds = [0]\ntest_pairs = [[3, 100]]\n'
+        f'set = ["env.data={dataset.path}", "env.train_scenarios=[0]", "env.eval_pairs=[[5, 1]]"]\n'
+        f'[[rows]]\nname = "Junior"\nkind = "junior"\nset = ["train.init_policy={tmp_path / "junior.pt"}"]\n')
+    with pytest.raises(ValueError, match=r"the weeks train.init_policy = .* learnt from: week 3 of .* is not a "
+                                         r"train week: it is a test week"):
+        load_experiment(tmp_path / "e.toml")

@@ -322,6 +322,13 @@ def test_a_collection_on_other_scenarios_keeps_the_action_set_and_validates_a_fi
     assert meta["config"]["env"]["train_scenarios"] == [2]
     assert {int(np.load(p)["scenario"]) for p in (folder / "episodes").glob("*.npz")} == {2}
     held = load_decisions(folder)
+    # The command line makes the same collection from the first one's configuration (--like): nothing to replay.
+    from ace_hybrid.cli import main
+
+    like = ["junior", "collect", "--like", str(collection), "--scenarios", "2", "--decisions", "20", "--out",
+            str(folder), "--no-progress"]
+    assert main(like) == 0 and len(load_decisions(folder)) == len(held)
+    assert main([*like, "--set", "env.threshold=0.5"]) == 2
     fitted = fit_junior(collection, validation=folder, epochs=2, progress=False).fit
     assert fitted["validation_decisions"] == len(held) and fitted["validation_collection"] == str(folder)
     assert 0.0 <= fitted["validation_accuracy"] <= 1.0
@@ -339,6 +346,7 @@ def test_a_collection_on_other_scenarios_keeps_the_action_set_and_validates_a_fi
     theirs = load_decisions(collection)
     on_zero = fit_junior(collection, scenarios=[0], epochs=1, progress=False).fit
     assert on_zero["decisions"] == int(np.sum(theirs.episode % 2 == 0)) and on_zero["scenarios"] == [0]
+    assert on_zero["learnt_from"] == [0] and fitted["learnt_from"] == [0, 1]  # never the validation scenario
     with pytest.raises(ValueError, match=r"scenarios = \[5\] out of range: .* plays scenarios \[0, 1\]"):
         fit_junior(collection, scenarios=[5], progress=False)
     tool = tool.with_name("junior_weeks_curve.py")

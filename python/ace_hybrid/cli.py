@@ -371,6 +371,9 @@ def _add_junior(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     col.add_argument("--jobs", type=positive_int, default=1, metavar="N", help="episodes at once, one core each")
     col.add_argument("--driver", type=Path, default=None, metavar="JUNIOR.pt",
                      help="DAgger: this junior plays (alone) and the tutor only labels its decisions; for fit --also")
+    col.add_argument("--like", type=Path, default=None, metavar="DIR",
+                     help="the configuration of this collection (instead of --config and --set), e.g. with "
+                     "--scenarios to extend it to more weeks over the same action set")
     col.add_argument("--scenarios", default=None, metavar="LIST|validation",
                      help="play these scenarios (comma-separated ids, or `validation`: a generated set's validation "
                      "weeks) instead of env.train_scenarios, over the action set those select; for fit --validation")
@@ -415,9 +418,11 @@ def _collect_scenarios(cfg: Any, spec: str | None) -> list[int] | None:
 def cmd_junior(args: argparse.Namespace) -> int:
     if args.verb == "collect":
         from ace_hybrid.config import load_config
-        from ace_hybrid.training.tutor_decisions import collect_decisions
+        from ace_hybrid.training.tutor_decisions import collect_decisions, config_of
 
-        cfg = load_config(args.config, args.overrides)
+        if args.like is not None and (args.config is not None or args.overrides):
+            raise ValueError("--like takes the configuration of a collection: give it without --config and --set")
+        cfg = config_of(args.like) if args.like is not None else load_config(args.config, args.overrides)
         done = collect_decisions(cfg, args.out, args.decisions, jobs=args.jobs, progress=not args.no_progress,
                                  driver=args.driver, scenarios=_collect_scenarios(cfg, args.scenarios))
         print(f"{args.out}: {done['decisions']} tutor decisions in {done['episodes']} episodes "

@@ -630,11 +630,28 @@ def _check_held_out(spec: ExperimentSpec, row: RowSpec, cfg: Config) -> None:
             ("validation_pairs", "validation", [s for s, _ in spec.validation_pairs]),
             (f"env.eval_pairs of row {row.name!r}", "validation", [s for s, _ in selection]),
             *([(f"env.train_scenarios of row {row.name!r}", "train", list(cfg.env.train_scenarios))]
-              if row.trains else [])])
+              if row.trains else []),
+            *_junior_weeks(row, cfg)])
     for noun, pairs in (("test pair", spec.test_pairs), ("validation pair", spec.validation_pairs)):
         _check_disjoint(noun, pairs, "env.eval_pairs", selection, f"row {row.name!r}: they choose best.pt")
         if row.trains:
             _check_not_trained_on(noun, pairs, row, cfg)
+
+
+def _junior_weeks(row: RowSpec, cfg: Config) -> list[tuple[str, str, list[int]]]:
+    """The split use of the weeks a row's junior (``train.init_policy``) was fitted on, when the file is there yet
+    (a missing one fails the row's cells by name)."""
+    path = Path(cfg.train.init_policy) if cfg.train.init_policy else None
+    if path is None or not path.is_file():
+        return []
+    from ace_hybrid.training.checkpoint import read_torch_file
+    from ace_hybrid.training.junior_file import checked_junior, is_junior, learnt_from
+
+    state = read_torch_file(path)
+    if not is_junior(state):  # a training checkpoint: its run's weeks are checked where it trains
+        return []
+    return [(f"the weeks train.init_policy = {path} of row {row.name!r} learnt from", "train",
+             learnt_from(checked_junior(state, path)))]
 
 
 def _check_not_trained_on(noun: str, pairs: Sequence[tuple[int, int]], row: RowSpec, cfg: Config) -> None:

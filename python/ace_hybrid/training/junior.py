@@ -136,6 +136,8 @@ def fit_junior(folder: str | Path, decisions: int | None = None, *, validation: 
     kept = max(history, key=lambda h: h["validation_accuracy"]) if len(val) else history[-1]
     fit = {"collection": str(folder), "also": [str(f) for f in also],
            "scenarios": None if scenarios is None else [int(k) for k in scenarios],
+           "learnt_from": sorted({int(k) for k in (scenarios or cfg.env.train_scenarios)}
+                                 | {int(k) for f in also for k in config_of(f).env.train_scenarios}),
            "validation_collection": str(validation) if validation else None,
            "decisions": len(train), "validation_decisions": len(val), "episodes": episodes,
            "epochs": epochs, "batch_size": batch_size, "lr": lr, "weight_decay": weight_decay, "noise": noise,

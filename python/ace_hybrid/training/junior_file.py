@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["JUNIOR_FORMAT", "checked_junior", "is_junior", "load_junior"]
+__all__ = ["JUNIOR_FORMAT", "checked_junior", "is_junior", "learnt_from", "load_junior"]
 
 JUNIOR_FORMAT = 1
 _KEYS = ("format", "kind", "config", "actor", "normalizer", "action_set", "fit")
@@ -32,3 +32,10 @@ def checked_junior(state: Any, path: str | Path) -> dict[str, Any]:
     if missing:
         raise ValueError(f"{path} is not a complete junior file: it lacks {missing}")
     return state
+
+
+def learnt_from(state: dict[str, Any]) -> list[int]:
+    """The scenarios (weeks) whose decisions a junior was fitted on: its collection's and every ``also``
+    collection's (files written before this was recorded: its collection's configuration's)."""
+    weeks = state["fit"].get("learnt_from")
+    return [int(k) for k in (weeks if weeks is not None else state["config"]["env"]["train_scenarios"])]
