@@ -15,6 +15,7 @@ import argparse
 import numpy as np
 
 from ace_hybrid.config import config_from_dict
+from ace_hybrid.experiment.statistics import cluster_draws, interval
 from ace_hybrid.grid.features import RunningNormalizer
 from ace_hybrid.sac import SACPolicy
 from ace_hybrid.training.junior import HOLDOUT_EVERY, action_features, load_junior
@@ -43,7 +44,8 @@ def main() -> None:
     rule = np.where(masks, counts, -1).argmax(1)
     print(f"{int(held.sum())} held-out decisions; the tutor does nothing at {np.mean(tutor == 0):.1%}; the most "
           f"frequent legal action of the training episodes matches it at {np.mean(rule == tutor):.1%}\n")
-    print("| Junior | accuracy | does nothing | acts where the tutor did nothing | does nothing where it acted |\n"
+    hits: list[np.ndarray] = []
+    print("| Junior | accuracy [95% CI over episodes] | does nothing | acts where the tutor did nothing | does nothing where it acted |\n"
           "|:---|---:|---:|---:|---:|")
     for path in args.juniors:
         state = load_junior(path)
@@ -55,9 +57,18 @@ def main() -> None:
         normalizer.load_state_dict(state["normalizer"])
         chosen = np.array([policy.act(x, m, deterministic=True) for x, m in zip(normalizer(d.obs[held]), masks)])
         nothing = tutor == 0
-        print(f"| {path} | {np.mean(chosen == tutor):.1%} | {np.mean(chosen == 0):.1%} | "
+        hits.append(chosen == tutor)
+        lo, hi = interval(cluster_draws(hits[-1], d.episode[held]))
+        print(f"| {path} | {np.mean(chosen == tutor):.1%} [{lo:.1%}, {hi:.1%}] | {np.mean(chosen == 0):.1%} | "
               f"{np.mean(chosen[nothing] != 0) if nothing.any() else float('nan'):.1%} | "
               f"{np.mean(chosen[~nothing] == 0) if (~nothing).any() else float('nan'):.1%} |")
+
+    for path, hit in zip(args.juniors[1:], hits[1:]):  # paired: the same decisions, the same episode draws
+        diff = cluster_draws(np.stack([hit, hits[0]], 1), d.episode[held]) @ np.array([100.0, -100.0])
+        lo, hi = interval(diff)
+        gain = 100 * (hit.mean() - hits[0].mean())
+        print(f"\n{path} − {args.juniors[0]}: {gain:+.1f} points [{lo:+.1f}, {hi:+.1f}]", end="")
+    print()
 
 
 if __name__ == "__main__":

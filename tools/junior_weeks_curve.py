@@ -19,21 +19,14 @@ import argparse
 
 import numpy as np
 
-from ace_hybrid.experiment.statistics import interval
+from ace_hybrid.experiment.statistics import cluster_draws, interval
 from ace_hybrid.training.junior import HOLDOUT_EVERY, fit_junior, junior_hits
 from ace_hybrid.training.tutor_decisions import config_of, load_decisions, read_meta
-
-DRAWS, SEED = 2_000, 0
-
 
 def _by_episode(hit: np.ndarray, episode: np.ndarray) -> str:
     """``mean [lo, hi]`` in percent of ``hit``, resampling whole episodes (decisions within one are not
     independent)."""
-    ids, inverse = np.unique(episode, return_inverse=True)
-    hits, counts = np.bincount(inverse, weights=hit.astype(float)), np.bincount(inverse)
-    rng = np.random.default_rng(SEED)
-    picks = rng.integers(0, ids.size, size=(DRAWS, ids.size))
-    lo, hi = interval(hits[picks].sum(1) / counts[picks].sum(1))
+    lo, hi = interval(cluster_draws(hit, episode))
     return f"{100 * hit.mean():.1f}% [{100 * lo:.1f}, {100 * hi:.1f}]"
 
 

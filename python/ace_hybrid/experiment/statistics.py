@@ -110,6 +110,20 @@ def interval(draws: np.ndarray, level: float = LEVEL) -> tuple[float | None, flo
     return float(lo), float(hi)
 
 
+def cluster_draws(values: np.ndarray, clusters: np.ndarray, draws: int = BOOTSTRAP_DRAWS,
+                  seed: int = BOOTSTRAP_SEED) -> np.ndarray:
+    """Bootstrap draws of the mean of ``values`` resampling whole ``clusters`` (e.g. the decisions of one episode,
+    which are not independent); ``values`` may be (N,) or (N, k), giving (draws,) or (draws, k), so paired columns
+    (two juniors on the same decisions) share their draws."""
+    ids, inverse = np.unique(clusters, return_inverse=True)
+    v = np.asarray(values, dtype=np.float64)
+    sums = np.stack([np.bincount(inverse, weights=c, minlength=ids.size) for c in v.reshape(len(v), -1).T], 1)
+    counts = np.bincount(inverse, minlength=ids.size).astype(np.float64)
+    picks = np.random.default_rng(seed).integers(0, ids.size, size=(draws, ids.size))
+    out = sums[picks].sum(1) / counts[picks].sum(1)[:, None]
+    return out if v.ndim > 1 else out[:, 0]
+
+
 def p_value(draws: np.ndarray) -> float | None:
     """Two-sided bootstrap p-value of a difference: 2 min(P*(Δ <= 0), P*(Δ >= 0)) over the finite draws, at most 1
     (None when every draw is NaN). The smallest nonzero value is 2 / draws; 0 means no draw crossed 0."""
