@@ -771,6 +771,20 @@ def test_holm_steps_down_and_counts_comparisons_without_data() -> None:
     assert ex.holm([0.6, 0.7]) == [1.0, 1.0] and ex.holm([]) == []
 
 
+def test_cluster_draws_resample_whole_clusters_and_pair_columns() -> None:
+    from ace_hybrid.experiment.statistics import cluster_draws
+
+    # Two clusters, each all hits or all misses: a draw's mean is the share of hits among the decisions it drew.
+    hit = np.array([1, 1, 1, 0], float)
+    cluster = np.array([7, 7, 7, 9])
+    draws = cluster_draws(hit, cluster, draws=2000, seed=0)
+    # Two picks per draw: {7, 7} gives 6/6, {9, 9} 0/2, {7, 9} 3/4; never a mix within a cluster.
+    assert set(np.round(draws, 6)) == {0.0, 0.75, 1.0}
+    # Paired columns share draws: the difference of a column from itself is 0 in every draw.
+    both = cluster_draws(np.stack([hit, hit], 1), cluster, draws=100, seed=0)
+    assert both.shape == (100, 2) and np.array_equal(both[:, 0], both[:, 1])
+
+
 def test_primaries_come_first_with_holm_and_the_rest_is_exploratory() -> None:
     rng = np.random.default_rng(1)
     base = rng.integers(0, 80, size=(1, 16))

@@ -169,6 +169,10 @@ def test_an_experiment_row_tests_the_junior_its_set_names(collection: Path, tmp_
     out = subprocess.run([sys.executable, str(tool), str(tmp_path / "out" / "results.json"), "junior-top2",
                           "junior-alone"], capture_output=True, text=True, check=True).stdout
     assert "| Junior + top-2 check | Junior (policy alone) |" in out and "[" in out  # an interval beside it
+    share = subprocess.run([sys.executable, str(tool), str(tmp_path / "out" / "results.json"), "--share",
+                            "junior-top2", "junior-alone", "donothing"], capture_output=True, text=True,
+                           check=True).stdout
+    assert share.startswith("Junior + top-2 check keeps ") and "of Junior (policy alone)'s gain over DoNothing" in share
     bad = subprocess.run([sys.executable, str(tool), str(tmp_path / "out" / "results.json"), "nope", "junior-alone"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "no row nope" in bad.stderr

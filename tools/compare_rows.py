@@ -4,7 +4,9 @@ each 95% interval is for its own comparison, not corrected).
     python tools/compare_rows.py runs/junior_idf_2023/results-validation.json tutor-8 tutor junior-9.6k-top7 tutor-8
 
 Arguments after the results file are row ids, two at a time (A B: A − B); the bootstrap is the experiment's own
-(the same draws, seed and pairs as its tables).
+(the same draws, seed and pairs as its tables). ``--share A B BASE`` adds the share of B's survival gain over BASE
+that A keeps, (A − BASE) / (B − BASE), with the interval of that ratio within each draw (e.g. a junior, its tutor,
+doing nothing: issue 33's 80% goal).
 """
 
 from __future__ import annotations
@@ -13,27 +15,41 @@ import argparse
 import json
 from pathlib import Path
 
-from ace_hybrid.experiment.statistics import BOOTSTRAP_DRAWS, BOOTSTRAP_SEED, Resample, paired_difference, points
+import numpy as np
+
+from ace_hybrid.experiment.statistics import (BOOTSTRAP_DRAWS, BOOTSTRAP_SEED, Resample, interval, paired_difference,
+                                              points)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", type=Path, help="an experiment's results.json or results-validation.json")
-    parser.add_argument("ids", nargs="+", help="row ids, two at a time: A B [A B ...]")
+    parser.add_argument("ids", nargs="*", help="row ids, two at a time: A B [A B ...]")
+    parser.add_argument("--share", nargs=3, action="append", default=[], metavar=("A", "B", "BASE"),
+                        help="the share of B's gain over BASE that A keeps (repeatable)")
     args = parser.parse_args()
-    if len(args.ids) % 2:
-        parser.error(f"row ids come two at a time (A B); got {len(args.ids)}")
+    if len(args.ids) % 2 or not (args.ids or args.share):
+        parser.error(f"row ids come two at a time (A B), or --share A B BASE; got {len(args.ids)} ids")
     results = json.loads(args.results.read_text())
     rows = {r["id"]: r for r in results["rows"]}
-    unknown = [i for i in args.ids if i not in rows]
+    unknown = [i for i in [*args.ids, *(i for t in args.share for i in t)] if i not in rows]
     if unknown:
         parser.error(f"no row {', '.join(unknown)} in {args.results}; its rows: {', '.join(rows)}")
     resample = Resample.draw(results["seeds"], len(results["pairs"]), BOOTSTRAP_DRAWS, BOOTSTRAP_SEED)
-    print("| A | B | survival A | survival B | A − B, points [95% CI] |\n|:---|:---|---:|---:|---:|")
+    if args.ids:
+        print("| A | B | survival A | survival B | A − B, points [95% CI] |\n|:---|:---|---:|---:|---:|")
     for a, b in zip(args.ids[::2], args.ids[1::2]):
         d = paired_difference(resample, rows[a], rows[b])
         print(f"| {rows[a]['name']} | {rows[b]['name']} | {d['a_value']:.1%} | {d['b_value']:.1%} | "
               f"{points(d['difference'])} [{points(d['lo'])}, {points(d['hi'])}] |")
+    for a, b, base in args.share:
+        (va, da), (vb, db), (v0, d0) = (resample.statistic(rows[i], "survival_rate") for i in (a, b, base))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            lo, hi = interval(np.where(db > d0, (da - d0) / (db - d0), np.nan))  # draws where B gains
+        share = (va - v0) / (vb - v0) if vb != v0 else float("nan")
+        bounds = "[n/a]" if lo is None else f"[{lo:.0%}, {hi:.0%}]"
+        print(f"{rows[a]['name']} keeps {share:.0%} {bounds} of {rows[b]['name']}'s gain over {rows[base]['name']} "
+              f"({points(va - v0)} of {points(vb - v0)} points)")
 
 
 if __name__ == "__main__":
