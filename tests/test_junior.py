@@ -173,6 +173,11 @@ def test_an_experiment_row_tests_the_junior_its_set_names(collection: Path, tmp_
                             "junior-top2", "junior-alone", "donothing"], capture_output=True, text=True,
                            check=True).stdout
     assert share.startswith("Junior + top-2 check keeps ") and "of Junior (policy alone)'s gain over DoNothing" in share
+    # A row pooled with itself is that row: the same figure and interval (the same pair draws).
+    one, two = (subprocess.run([sys.executable, str(tool), str(tmp_path / "out" / "results.json"), a, "donothing"],
+                               capture_output=True, text=True, check=True).stdout.splitlines()[-1]
+                for a in ("junior-alone", "junior-alone+junior-alone"))
+    assert one.split("|")[3:] == two.split("|")[3:] and "(2 pooled)" in two
     bad = subprocess.run([sys.executable, str(tool), str(tmp_path / "out" / "results.json"), "nope", "junior-alone"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "no row nope" in bad.stderr

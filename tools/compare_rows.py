@@ -6,7 +6,10 @@ each 95% interval is for its own comparison, not corrected).
 Arguments after the results file are row ids, two at a time (A B: A − B); the bootstrap is the experiment's own
 (the same draws, seed and pairs as its tables). ``--share A B BASE`` adds the share of B's survival gain over BASE
 that A keeps, (A − BASE) / (B − BASE), with the interval of that ratio within each draw (e.g. a junior, its tutor,
-doing nothing: issue 33's 80% goal).
+doing nothing: issue 33's 80% goal). An id ``a+b+c`` pools rows without training seeds that replicate one recipe
+(juniors of fit seeds 0, 1, 2) into one row whose replicates are resampled as training seeds are.
+
+    python tools/compare_rows.py runs/weeks_idf_2023/results.json --share junior-a+junior-b tutor-8 donothing
 """
 
 from __future__ import annotations
@@ -32,10 +35,20 @@ def main() -> None:
         parser.error(f"row ids come two at a time (A B), or --share A B BASE; got {len(args.ids)} ids")
     results = json.loads(args.results.read_text())
     rows = {r["id"]: r for r in results["rows"]}
-    unknown = [i for i in [*args.ids, *(i for t in args.share for i in t)] if i not in rows]
+    named = [*args.ids, *(i for t in args.share for i in t)]
+    unknown = [i for spec in named for i in spec.split("+") if i not in rows]
     if unknown:
         parser.error(f"no row {', '.join(unknown)} in {args.results}; its rows: {', '.join(rows)}")
-    resample = Resample.draw(results["seeds"], len(results["pairs"]), BOOTSTRAP_DRAWS, BOOTSTRAP_SEED)
+    for spec in (s for s in named if "+" in s):
+        try:
+            rows[spec] = _pooled([rows[i] for i in spec.split("+")], spec)
+        except ValueError as exc:
+            parser.error(str(exc))
+    pooled = max([len(s.split("+")) for s in named if "+" in s], default=0)
+    if pooled and any(rows[i]["seeds"] != [None] for i in named if "+" not in i):
+        parser.error("a pooled row is compared with rows without training seeds only (its replicates are the seeds)")
+    seeds = list(range(pooled)) if pooled else results["seeds"]  # the same pair draws either way (drawn first)
+    resample = Resample.draw(seeds, len(results["pairs"]), BOOTSTRAP_DRAWS, BOOTSTRAP_SEED)
     if args.ids:
         print("| A | B | survival A | survival B | A − B, points [95% CI] |\n|:---|:---|---:|---:|---:|")
     for a, b in zip(args.ids[::2], args.ids[1::2]):
@@ -50,6 +63,16 @@ def main() -> None:
         bounds = "[n/a]" if lo is None else f"[{lo:.0%}, {hi:.0%}]"
         print(f"{rows[a]['name']} keeps {share:.0%} {bounds} of {rows[b]['name']}'s gain over {rows[base]['name']} "
               f"({points(va - v0)} of {points(vb - v0)} points)")
+
+
+def _pooled(replicates: list[dict], spec: str) -> dict:
+    """One row of several rows without training seeds: replicate k becomes seed k (shorter pools weigh their own)."""
+    if any(r["seeds"] != [None] for r in replicates):
+        raise ValueError(f"{spec}: only rows without training seeds pool (a junior, a baseline), not trained rows")
+    fields = set.intersection(*(set(r["episodes"]) for r in replicates))
+    return {"id": spec, "name": f"{replicates[0]['name']} ({len(replicates)} pooled)",
+            "seeds": list(range(len(replicates))),
+            "episodes": {f: [r["episodes"][f][0] for r in replicates] for f in fields}}
 
 
 if __name__ == "__main__":
