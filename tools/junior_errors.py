@@ -18,7 +18,7 @@ from ace_hybrid.config import config_from_dict
 from ace_hybrid.experiment.statistics import cluster_draws, interval
 from ace_hybrid.grid.features import RunningNormalizer
 from ace_hybrid.sac import SACPolicy
-from ace_hybrid.training.junior import HOLDOUT_EVERY, action_features, load_junior
+from ace_hybrid.training.junior import HOLDOUT_EVERY, action_features, junior_choices, load_junior
 from ace_hybrid.training.tutor_decisions import load_decisions, read_meta
 
 
@@ -45,8 +45,8 @@ def main() -> None:
     print(f"{int(held.sum())} held-out decisions; the tutor does nothing at {np.mean(tutor == 0):.1%}; the most "
           f"frequent legal action of the training episodes matches it at {np.mean(rule == tutor):.1%}\n")
     hits: list[np.ndarray] = []
-    print("| Junior | accuracy [95% CI over episodes] | does nothing | acts where the tutor did nothing | does nothing where it acted |\n"
-          "|:---|---:|---:|---:|---:|")
+    print("| Junior | accuracy [95% CI over episodes] | does nothing | acts where the tutor did nothing | "
+          "does nothing where it acted |\n|:---|---:|---:|---:|---:|")
     for path in args.juniors:
         state = load_junior(path)
         cfg = config_from_dict(state["config"])
@@ -55,7 +55,7 @@ def main() -> None:
         policy.load_policy_state({k: v.numpy() for k, v in state["actor"].items()})
         normalizer = RunningNormalizer(d.obs.shape[1])
         normalizer.load_state_dict(state["normalizer"])
-        chosen = np.array([policy.act(x, m, deterministic=True) for x, m in zip(normalizer(d.obs[held]), masks)])
+        chosen = junior_choices(policy, normalizer, d)[held]
         nothing = tutor == 0
         hits.append(chosen == tutor)
         lo, hi = interval(cluster_draws(hits[-1], d.episode[held]))

@@ -23,6 +23,7 @@ from ace_hybrid.experiment.statistics import cluster_draws, interval
 from ace_hybrid.training.junior import HOLDOUT_EVERY, fit_junior, junior_hits
 from ace_hybrid.training.tutor_decisions import config_of, load_decisions, read_meta
 
+
 def _by_episode(hit: np.ndarray, episode: np.ndarray) -> str:
     """``mean [lo, hi]`` in percent of ``hit``, resampling whole episodes (decisions within one are not
     independent)."""
@@ -52,13 +53,13 @@ def main() -> None:
           f"{sorted(set(config_of(args.unseen).env.train_scenarios))}; always doing nothing matches the tutor at "
           f"{nothing}\n")
     fixed = None  # the decisions of the fewest weeks: the same data volume from more weeks
+    scenario = np.asarray([weeks[int(k) % len(weeks)] for k in data.episode])  # episode k's week, as a run plays it
     print("| Training weeks | Decisions | Held-out episodes of those weeks | Unseen weeks | Unseen weeks, same "
           "decisions as the first row | Most frequent action, unseen weeks |\n|---:|---:|---:|---:|---:|---:|")
     for n in sorted(sizes):
         junior = fit_junior(args.data, scenarios=weeks[:n], seed=args.seed, progress=False)
         fixed = fixed or junior.fit["decisions"]
         same = fit_junior(args.data, fixed, scenarios=weeks[:n], seed=args.seed, progress=False)
-        scenario = np.asarray([weeks[int(k) % len(weeks)] for k in data.episode])
         trained = np.isin(scenario, weeks[:n]) & (data.episode % HOLDOUT_EVERY != HOLDOUT_EVERY - 1)
         counts = np.bincount(data.action[trained], minlength=data.mask.shape[1])
         rule = np.where(unseen.mask, counts, -1).argmax(1) == unseen.action
@@ -66,6 +67,7 @@ def main() -> None:
               f"{_by_episode(junior_hits(junior, unseen), unseen.episode)} | "
               f"{_by_episode(junior_hits(same, unseen), unseen.episode)} | {_by_episode(rule, unseen.episode)} |",
               flush=True)
+
 
 if __name__ == "__main__":
     main()

@@ -31,7 +31,7 @@ from ace_hybrid.training.junior_file import JUNIOR_FORMAT, checked_junior, is_ju
 from ace_hybrid.training.tutor_decisions import Decisions, config_of, load_decisions, read_meta
 
 __all__ = ["HOLDOUT_EVERY", "JUNIOR_FORMAT", "Junior", "action_features", "checked_junior", "fit_junior", "init_from_junior",
-           "is_junior", "junior_hits", "load_junior", "save_junior", "store_tutor_data"]
+           "is_junior", "junior_choices", "junior_hits", "load_junior", "save_junior", "store_tutor_data"]
 
 _SAME_EPISODES = ("name", "data", "train_scenarios", "train_seed_start", "action_set", "threshold", "start_spread",
                   "max_episode_steps")
@@ -200,12 +200,17 @@ def _on_scenarios(folder: str | Path, scenarios: Sequence[int]) -> Any:
     return lambda episode: np.asarray([episode_of(cfg, int(k))[0] in keep for k in episode], bool)
 
 
+def junior_choices(policy: SACPolicy, normalizer: RunningNormalizer, d: Decisions) -> np.ndarray:
+    """(N,) the most likely legal action at each decision of ``d`` (the acting path's choice), in one batch."""
+    x, _, mask = _tensors(d, normalizer)
+    with torch.no_grad():
+        return _logits(policy, x).masked_fill(~mask, -torch.inf).argmax(1).numpy()
+
+
 def junior_hits(junior: Junior, d: Decisions) -> np.ndarray:
     """(N,) bool: at each decision of ``d`` (e.g. another collection's), is the junior's most likely legal action
     the tutor's? Its mean is the accuracy :func:`fit_junior` reports."""
-    x, action, mask = _tensors(d, junior.normalizer)
-    with torch.no_grad():
-        return (_logits(junior.policy, x).masked_fill(~mask, -torch.inf).argmax(1) == action).numpy()
+    return junior_choices(junior.policy, junior.normalizer, d) == d.action
 
 
 def _rows(d: Decisions, keep: np.ndarray) -> Decisions:
