@@ -363,3 +363,32 @@ def test_a_collection_on_other_scenarios_keeps_the_action_set_and_validates_a_fi
                          capture_output=True, text=True, check=True).stdout
     rows = [line for line in out.splitlines() if line.startswith("| 1 |") or line.startswith("| 2 |")]
     assert len(rows) == 2 and f"| {on_zero['decisions']:,} |" in rows[0]
+
+
+def test_a_collection_from_another_first_episode_adds_new_episodes_of_the_same_weeks(collection: Path,
+                                                                                       tmp_path: Path) -> None:
+    """``collect --first-episode K``: episodes K, K+1, ... (new seeds, the same weeks and action set) for ``fit
+    --also``; a rerun must give the same K."""
+    from ace_hybrid.cli import main
+    from ace_hybrid.training.rollout import episode_of
+    from ace_hybrid.training.tutor_decisions import read_meta
+
+    folder = tmp_path / "later"
+    summary = collect_decisions(load_config(None, COLLECT), folder, 10, jobs=1, progress=False, first_episode=500)
+    d = load_decisions(folder)
+    assert len(d) == summary["decisions"] >= 10 and d.episode[0] == 500 and (np.diff(d.episode) >= 0).all()
+    assert read_meta(folder)["action_set"] == read_meta(collection)["action_set"]
+    ours = set(np.unique(load_decisions(collection).episode))
+    assert not ours & set(np.unique(d.episode))  # no episode of the first collection repeats
+    for path in (folder / "episodes").glob("*.npz"):
+        with np.load(path) as z:
+            assert (int(z["scenario"]), int(z["seed"])) == episode_of(load_config(None, COLLECT), int(path.stem[3:]))
+    assert len(load_decisions(folder, 3)) == 3
+    again = ["junior", "collect", "--like", str(folder), "--decisions", "10", "--out", str(folder), "--no-progress"]
+    assert main([*again, "--first-episode", "500"]) == 0 and len(load_decisions(folder)) == len(d)  # nothing replayed
+    with pytest.raises(ValueError, match="starts at episode 500, not first_episode = 0"):
+        collect_decisions(load_config(None, COLLECT), folder, 10, progress=False)
+    with pytest.raises(ValueError, match=r"first_episode = -1 out of range: expected an integer in \[0, 1000000000\]"):
+        collect_decisions(load_config(None, COLLECT), tmp_path / "x", 10, progress=False, first_episode=-1)
+    fitted = fit_junior(collection, also=[folder], epochs=1, progress=False).fit
+    assert fitted["decisions"] > len(d)

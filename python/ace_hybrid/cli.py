@@ -377,6 +377,9 @@ def _add_junior(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     col.add_argument("--scenarios", default=None, metavar="LIST|validation",
                      help="play these scenarios (comma-separated ids, or `validation`: a generated set's validation "
                      "weeks) instead of env.train_scenarios, over the action set those select; for fit --validation")
+    col.add_argument("--first-episode", type=int, default=0, metavar="K",
+                     help="play training episodes K, K+1, ... (default 0): more episodes of the same weeks, apart "
+                     "from a collection that played 0, 1, ...; for fit --also")
     col.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     fit = verbs.add_parser("fit", help="behaviour-clone a junior on a collection's first N decisions")
     fit.add_argument("--data", type=Path, required=True, help="a collection folder (junior collect --out)")
@@ -424,7 +427,8 @@ def cmd_junior(args: argparse.Namespace) -> int:
             raise ValueError("--like takes the configuration of a collection: give it without --config and --set")
         cfg = config_of(args.like) if args.like is not None else load_config(args.config, args.overrides)
         done = collect_decisions(cfg, args.out, args.decisions, jobs=args.jobs, progress=not args.no_progress,
-                                 driver=args.driver, scenarios=_collect_scenarios(cfg, args.scenarios))
+                                 driver=args.driver, scenarios=_collect_scenarios(cfg, args.scenarios),
+                                 first_episode=args.first_episode)
         print(f"{args.out}: {done['decisions']} tutor decisions in {done['episodes']} episodes "
               f"({done['steps']} steps, {done['blackouts']} blackouts); this session {done['last_session_seconds']} s")
         if args.driver is None:

@@ -15,7 +15,8 @@ tutor.
 
 The folder holds ``tutor.json`` (the configuration, the action set, the format) and one ``episodes/ep-<k>.npz`` per
 episode, each written atomically when its episode ends: a kill loses the episodes in flight and nothing else, and
-the same command continues. Episodes are independent of the worker that plays them (the tutor reads no normaliser
+the same command continues. ``first_episode`` starts the ids elsewhere than 0: more episodes of the same weeks, seeds and
+action set, apart from a collection that played ``0, 1, ...`` (its episodes would repeat). Episodes are independent of the worker that plays them (the tutor reads no normaliser
 and every episode reseeds the grid), so ``--jobs`` changes the wall-clock time, never the data.
 """
 
@@ -92,20 +93,22 @@ def _episodes_on_disk(folder: Path) -> dict[int, int]:
     return found
 
 
-def _prefix(counts: dict[int, int]) -> tuple[int, int]:
-    """(episodes, decisions) of the episodes 0, 1, ... present without a gap."""
-    k = total = 0
+def _prefix(counts: dict[int, int], first: int = 0) -> tuple[int, int]:
+    """(episodes, decisions) of the episodes first, first + 1, ... present without a gap."""
+    k, total = first, 0
     while k in counts:
         total += counts[k]
         k += 1
-    return k, total
+    return k - first, total
 
 
 def collect_decisions(cfg: Config, folder: str | Path, decisions: int, *, jobs: int = 1, progress: bool = True,
-                      driver: str | Path | None = None, scenarios: list[int] | None = None) -> dict[str, Any]:
-    """Play training episodes 0, 1, ... with the tutor until they hold at least ``decisions`` tutor decisions;
-    with ``driver`` (a junior file over the same action set), the junior plays and the tutor labels; with
-    ``scenarios``, the episodes are on those scenarios, the action set still selected on ``env.train_scenarios``.
+                      driver: str | Path | None = None, scenarios: list[int] | None = None,
+                      first_episode: int = 0) -> dict[str, Any]:
+    """Play training episodes ``first_episode``, ``first_episode + 1``, ... with the tutor until they hold at least
+    ``decisions`` tutor decisions; with ``driver`` (a junior file over the same action set), the junior plays and
+    the tutor labels; with ``scenarios``, the episodes are on those scenarios, the action set still selected on
+    ``env.train_scenarios``.
 
     Rerunning continues (finished episodes are kept); a folder collected with another configuration is refused.
     Returns the summary also written into ``tutor.json``: episodes, decisions, steps, blackouts, seconds.
@@ -113,27 +116,30 @@ def collect_decisions(cfg: Config, folder: str | Path, decisions: int, *, jobs: 
     Raises
     ------
     ValueError
-        ``decisions`` or ``jobs`` out of range, a folder made with another configuration, action set or driver,
-        a driver over another action set, or ``scenarios`` holding a test week of a generated set.
+        ``decisions``, ``jobs`` or ``first_episode`` out of range, a folder made with another configuration, action
+        set, driver or first episode, a driver over another action set, or ``scenarios`` holding a test week of a
+        generated set.
     """
     if isinstance(decisions, bool) or not isinstance(decisions, int) or not 1 <= decisions <= 10_000_000:
         raise ValueError(f"decisions = {decisions!r} out of range: expected an integer in [1, 10000000]")
     if isinstance(jobs, bool) or not isinstance(jobs, int) or not 1 <= jobs <= 64:
         raise ValueError(f"jobs = {jobs!r} out of range: expected an integer in [1, 64]")
+    if isinstance(first_episode, bool) or not isinstance(first_episode, int) or not 0 <= first_episode <= 10**9:
+        raise ValueError(f"first_episode = {first_episode!r} out of range: expected an integer in [0, 1000000000]")
     folder = Path(folder)
     driver = None if driver is None else str(driver)
-    indices, cfg = _prepare_folder(cfg, folder, driver, scenarios)
+    indices, cfg = _prepare_folder(cfg, folder, driver, scenarios, first_episode)
     counts = _episodes_on_disk(folder)
     started = time.perf_counter()
-    bar = _bar(progress, decisions, _prefix(counts)[1])
+    bar = _bar(progress, decisions, _prefix(counts, first_episode)[1])
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(jobs, initializer=_init_worker, initargs=(os.getpid(), cfg, indices, driver)) as pool:
         pending: dict[int, Any] = {}
-        k = 0
+        k = first_episode
         while True:
-            have = _prefix(counts)[1]
+            have = _prefix(counts, first_episode)[1]
             # Keep every process busy while the gap-free prefix of episodes holds too few decisions.
-            while _prefix(counts)[1] < decisions and len(pending) < jobs:
+            while _prefix(counts, first_episode)[1] < decisions and len(pending) < jobs:
                 while k in counts or k in pending:
                     k += 1
                 pending[k] = pool.apply_async(_play, (str(folder), k))
@@ -145,15 +151,15 @@ def collect_decisions(cfg: Config, folder: str | Path, decisions: int, *, jobs: 
                 continue
             for e in finished:
                 counts[e] = pending.pop(e).get()
-            episodes, now = _prefix(counts)
+            episodes, now = _prefix(counts, first_episode)
             bar.update(now - have)
             bar.set_postfix(episodes=episodes)
     bar.close()
     return _write_summary(folder, cfg, indices, time.perf_counter() - started)
 
 
-def _prepare_folder(cfg: Config, folder: Path, driver: str | None,
-                    scenarios: list[int] | None) -> tuple[list[int] | None, Config]:
+def _prepare_folder(cfg: Config, folder: Path, driver: str | None, scenarios: list[int] | None,
+                    first_episode: int = 0) -> tuple[list[int] | None, Config]:
     """The action set (selected and cached as a run selects it) and the configuration the episodes are played
     with, after writing ``tutor.json``; a folder made with another configuration or driver, and a driver over
     another action set, are refused."""
@@ -183,9 +189,12 @@ def _prepare_folder(cfg: Config, folder: Path, driver: str | None,
         if meta.get("driver") != driver:
             raise ValueError(f"{folder} was collected with driver = {meta.get('driver')!r}, not {driver!r}: collect "
                              "into a new folder")
+        if meta.get("first_episode", 0) != first_episode:
+            raise ValueError(f"{folder} starts at episode {meta.get('first_episode', 0)}, not first_episode = "
+                             f"{first_episode}: give the same, or collect into a new folder")
         return indices, cfg
     atomic_write_json(folder / _META, {"format": DECISIONS_FORMAT, "config": cfg.to_dict(), "action_set": indices,
-                                       "driver": driver})
+                                       "driver": driver, "first_episode": first_episode})
     return indices, cfg
 
 
@@ -327,17 +336,17 @@ def _play(folder: str, k: int) -> int:
 # ------------------------------------------------------------------------------------------- reading
 
 def load_decisions(folder: str | Path, limit: int | None = None) -> Decisions:
-    """The first ``limit`` decisions (None: all) of the gap-free episodes 0, 1, ... of a collection."""
+    """The first ``limit`` decisions (None: all) of the gap-free episodes of a collection (from its first)."""
     folder = Path(folder)
-    read_meta(folder)
+    first = read_meta(folder).get("first_episode", 0)
     counts = _episodes_on_disk(folder)
-    episodes, total = _prefix(counts)
+    episodes, total = _prefix(counts, first)
     if limit is not None and not 1 <= limit <= total:
         raise ValueError(f"limit = {limit} out of range: {folder} holds {total} decisions in episodes "
-                         f"0-{episodes - 1}; expected [1, {total}] (collect more with --decisions)")
+                         f"{first}-{first + episodes - 1}; expected [1, {total}] (collect more with --decisions)")
     parts: dict[str, list[np.ndarray]] = {c: [] for c in (*_COLUMNS, "episode")}
     have = 0
-    for k in range(episodes):
+    for k in range(first, first + episodes):
         if limit is not None and have >= limit:
             break
         with np.load(_episode_path(folder, k)) as z:
