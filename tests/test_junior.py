@@ -392,3 +392,43 @@ def test_a_collection_from_another_first_episode_adds_new_episodes_of_the_same_w
         collect_decisions(load_config(None, COLLECT), tmp_path / "x", 10, progress=False, first_episode=-1)
     fitted = fit_junior(collection, also=[folder], epochs=1, progress=False).fit
     assert fitted["decisions"] > len(d)
+
+
+def test_an_ensemble_of_juniors_acts_by_their_mean_probabilities(collection: Path, tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """``junior ensemble``: juniors fitted on the same decisions (other seeds) in one file, played as one policy;
+    the batch path (the errors tool's) and the acting path choose alike; a run never starts from it."""
+    from ace_hybrid.cli import main
+    from ace_hybrid.sac.ensemble import PolicyEnsemble
+    from ace_hybrid.training.junior import junior_choices, junior_policies
+
+    paths = [save_junior(tmp_path / f"j{seed}.pt", fit_junior(collection, epochs=2, seed=seed, progress=False))
+             for seed in (0, 1, 2)]
+    out = tmp_path / "ensemble.pt"
+    assert main(["junior", "ensemble", *map(str, paths), "--out", str(out)]) == 0
+    state = load_junior(out)
+    assert len(state["members"]) == 3 and state["fit"]["ensemble_of"] == list(map(str, paths))
+    d = load_decisions(collection)
+    policies, normalizer = junior_policies(state, d.obs.shape[1])
+    batch = junior_choices(policies, normalizer, d)
+    env = make_env("l2rpn_case14_sandbox", seed=0)
+    try:
+        agent = make_agent(f"checkpoint:{out}", env, topk=0)
+        assert isinstance(agent.sac, PolicyEnsemble)
+        singles = [make_agent(f"checkpoint:{p}", env, topk=0) for p in paths]
+        for i, (row, mask) in enumerate(zip(normalizer(d.obs[:25]), d.mask[:25], strict=True)):
+            mean = np.mean([a.policy_probs(row, mask) for a in singles], axis=0)
+            np.testing.assert_allclose(agent.policy_probs(row, mask), mean, rtol=1e-5, atol=1e-7)
+            assert agent.most_likely(row, mask) == batch[i] == int(np.argmax(np.where(mask, mean, -1)))
+    finally:
+        env.close()
+    with pytest.raises(ValueError, match="is an ensemble of 3 juniors, a run has one actor"):
+        train(load_config(None, [*COLLECT, "train.total_env_steps=30", "log.tensorboard=false",
+                                 f"train.init_policy={out}"]), tmp_path / "r")
+    other = save_junior(tmp_path / "fewer.pt", fit_junior(collection, 20, epochs=1, progress=False))
+    assert main(["junior", "ensemble", str(paths[0]), str(other), "--out", str(tmp_path / "bad.pt")]) == 2
+    assert "fewer.pt: another normaliser than" in capsys.readouterr().err
+    assert main(["junior", "ensemble", str(paths[0]), "--out", str(tmp_path / "bad.pt")]) == 2
+    assert "at least 2 junior files, got 1" in capsys.readouterr().err and not (tmp_path / "bad.pt").exists()
+    with pytest.raises(ValueError, match="acts deterministically"):
+        agent.sac.act(row, mask, deterministic=False)

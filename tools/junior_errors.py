@@ -14,18 +14,15 @@ import argparse
 
 import numpy as np
 
-from ace_hybrid.config import config_from_dict
 from ace_hybrid.experiment.statistics import cluster_draws, interval
-from ace_hybrid.grid.features import RunningNormalizer
-from ace_hybrid.sac import SACPolicy
-from ace_hybrid.training.junior import HOLDOUT_EVERY, action_features, junior_choices, load_junior
+from ace_hybrid.training.junior import HOLDOUT_EVERY, junior_choices, junior_policies, load_junior
 from ace_hybrid.training.tutor_decisions import load_decisions, read_meta
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("data", help="the collection the junior was fitted on (ace-hybrid junior collect --out)")
-    parser.add_argument("juniors", nargs="+", help="junior files (ace-hybrid junior fit --out)")
+    parser.add_argument("juniors", nargs="+", help="junior files (ace-hybrid junior fit --out, or ensemble --out)")
     parser.add_argument("--on", default=None, metavar="DIR",
                         help="measure on this collection (e.g. junior collect --scenarios validation) instead of the "
                         "held-out episodes of DATA; the rule then counts all of DATA")
@@ -48,14 +45,8 @@ def main() -> None:
     print("| Junior | accuracy [95% CI over episodes] | does nothing | acts where the tutor did nothing | "
           "does nothing where it acted |\n|:---|---:|---:|---:|---:|")
     for path in args.juniors:
-        state = load_junior(path)
-        cfg = config_from_dict(state["config"])
-        policy = SACPolicy(d.obs.shape[1], d.mask.shape[1], cfg.sac, action_features=action_features(
-            cfg, state["action_set"]), seed=0)
-        policy.load_policy_state({k: v.numpy() for k, v in state["actor"].items()})
-        normalizer = RunningNormalizer(d.obs.shape[1])
-        normalizer.load_state_dict(state["normalizer"])
-        chosen = junior_choices(policy, normalizer, d)[held]
+        policies, normalizer = junior_policies(load_junior(path), d.obs.shape[1])
+        chosen = junior_choices(policies[0] if len(policies) == 1 else policies, normalizer, d)[held]
         nothing = tutor == 0
         hits.append(chosen == tutor)
         lo, hi = interval(cluster_draws(hits[-1], d.episode[held]))

@@ -397,6 +397,12 @@ def _add_junior(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     fit.add_argument("--seed", type=int, default=0)
     fit.add_argument("--out", type=Path, required=True, help="the junior file to write (e.g. junior.pt)")
     fit.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    ens = verbs.add_parser("ensemble", help="one junior file of several fitted on the same decisions (other seeds)",
+                           description="Write a junior file that acts by the mean probabilities of the juniors "
+                           "given (fitted on the same decisions with other --seed): played like one junior, never "
+                           "trained (train.init_policy refuses it).")
+    ens.add_argument("juniors", type=Path, nargs="+", metavar="JUNIOR.pt", help="at least 2 junior files")
+    ens.add_argument("--out", type=Path, required=True, help="the ensemble file to write")
 
 
 def _collect_scenarios(cfg: Any, spec: str | None) -> list[int] | None:
@@ -436,6 +442,12 @@ def cmd_junior(args: argparse.Namespace) -> int:
         else:
             print(f"the junior chose the tutor's action at {done['driver_agreement']:.1%} of its decisions; next: "
                   f"ace-hybrid junior fit --data TUTOR_COLLECTION --also {args.out} --out junior-dagger.pt")
+        return 0
+    if args.verb == "ensemble":
+        from ace_hybrid.training.junior import save_ensemble
+
+        save_ensemble(args.out, args.juniors)
+        print(f"{args.out}: acts by the mean probabilities of {len(args.juniors)} juniors")
         return 0
     from ace_hybrid.training.junior import fit_junior, save_junior
 

@@ -9,7 +9,8 @@ tutor on validation weeks).
 
 A junior file holds what :func:`~ace_hybrid.training.policy.load_agent` needs to act (``ace-hybrid evaluate --agent
 checkpoint:JUNIOR.pt``) and what ``train.init_policy`` copies into a new run: the configuration, the actor, the
-normaliser, the action set, and how it was trained.
+normaliser, the action set, and how it was trained. :func:`ensemble_juniors` puts juniors fitted on the same
+decisions (other seeds) into one file that acts by their mean probabilities.
 """
 
 from __future__ import annotations
@@ -23,15 +24,16 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ace_hybrid.config import Config
+from ace_hybrid.config import Config, config_from_dict
 from ace_hybrid.files import atomic_write
 from ace_hybrid.grid.features import RunningNormalizer
 from ace_hybrid.sac import SACPolicy
-from ace_hybrid.training.junior_file import JUNIOR_FORMAT, checked_junior, is_junior, load_junior
+from ace_hybrid.training.junior_file import JUNIOR_FORMAT, actors, checked_junior, is_junior, learnt_from, load_junior
 from ace_hybrid.training.tutor_decisions import Decisions, config_of, load_decisions, read_meta
 
-__all__ = ["HOLDOUT_EVERY", "JUNIOR_FORMAT", "Junior", "action_features", "checked_junior", "fit_junior", "init_from_junior",
-           "is_junior", "junior_choices", "junior_hits", "load_junior", "save_junior", "store_tutor_data"]
+__all__ = ["HOLDOUT_EVERY", "JUNIOR_FORMAT", "Junior", "action_features", "checked_junior", "ensemble_juniors",
+           "fit_junior", "init_from_junior", "is_junior", "junior_choices", "junior_hits", "junior_policies",
+           "load_junior", "save_ensemble", "save_junior", "store_tutor_data"]
 
 _SAME_EPISODES = ("name", "data", "train_scenarios", "train_seed_start", "action_set", "threshold", "start_spread",
                   "max_episode_steps")
@@ -200,11 +202,30 @@ def _on_scenarios(folder: str | Path, scenarios: Sequence[int]) -> Any:
     return lambda episode: np.asarray([episode_of(cfg, int(k))[0] in keep for k in episode], bool)
 
 
-def junior_choices(policy: SACPolicy, normalizer: RunningNormalizer, d: Decisions) -> np.ndarray:
-    """(N,) the most likely legal action at each decision of ``d`` (the acting path's choice), in one batch."""
+def junior_choices(policy: SACPolicy | Sequence[SACPolicy], normalizer: RunningNormalizer, d: Decisions) -> np.ndarray:
+    """(N,) the most likely legal action at each decision of ``d`` (the acting path's choice), in one batch; of
+    several policies (an ensemble's members), by their mean probabilities."""
     x, _, mask = _tensors(d, normalizer)
     with torch.no_grad():
-        return _logits(policy, x).masked_fill(~mask, -torch.inf).argmax(1).numpy()
+        if isinstance(policy, SACPolicy):
+            return _logits(policy, x).masked_fill(~mask, -torch.inf).argmax(1).numpy()
+        probs = [torch.softmax(_logits(p, x).masked_fill(~mask, -torch.inf), 1) for p in policy]
+        return torch.stack(probs).mean(0).argmax(1).numpy()
+
+
+def junior_policies(state: dict[str, Any], obs_dim: int) -> tuple[list[SACPolicy], RunningNormalizer]:
+    """The actor networks (one, or an ensemble's members) and the normaliser of a junior file's contents, for
+    :func:`junior_choices` (the action features built from its grid)."""
+    cfg = config_from_dict(state["config"])
+    rows = action_features(cfg, state["action_set"])
+    policies = []
+    for actor in actors(state):
+        policy = SACPolicy(obs_dim, rows.shape[0], cfg.sac, action_features=rows, seed=0)
+        policy.load_policy_state({k: v.numpy() for k, v in actor.items()})
+        policies.append(policy)
+    normalizer = RunningNormalizer(obs_dim)
+    normalizer.load_state_dict(state["normalizer"])
+    return policies, normalizer
 
 
 def junior_hits(junior: Junior, d: Decisions) -> np.ndarray:
@@ -245,10 +266,49 @@ def save_junior(path: str | Path, junior: Junior) -> Path:
     return atomic_write(path, lambda f: torch.save(state, f))
 
 
+def ensemble_juniors(paths: Sequence[str | Path]) -> dict[str, Any]:
+    """The contents of an ensemble file (:func:`save_ensemble`) of the juniors in ``paths``: fitted on the same
+    decisions (the same configuration, action set and normaliser; other seeds), acting by their mean probabilities.
+
+    Raises
+    ------
+    ValueError
+        Fewer than 2 files, or one that differs from the first in its configuration, action set or normaliser
+        (naming the file and what differs).
+    """
+    if len(paths) < 2:
+        raise ValueError(f"an ensemble needs at least 2 junior files, got {len(paths)}")
+    states = [load_junior(p) for p in paths]
+    first = states[0]
+    for path, state in zip(paths[1:], states[1:], strict=True):
+        for key in ("config", "action_set"):
+            if state[key] != first[key]:
+                raise ValueError(f"{path}: another {key} than {paths[0]}: an ensemble's juniors are fitted on the "
+                                 "same decisions")
+        theirs, ours = state["normalizer"], first["normalizer"]
+        if any(not np.allclose(np.asarray(theirs[k], np.float64), np.asarray(ours[k], np.float64)) for k in ours):
+            raise ValueError(f"{path}: another normaliser than {paths[0]}: an ensemble's juniors are fitted on the "
+                             "same decisions")
+    members = [a for state in states for a in actors(state)]
+    fit = {"ensemble_of": [str(p) for p in paths], "member_fits": [s["fit"] for s in states],
+           "learnt_from": sorted({k for s in states for k in learnt_from(s)})}
+    return {**first, "actor": members[0], "members": members, "fit": fit}
+
+
+def save_ensemble(path: str | Path, paths: Sequence[str | Path]) -> Path:
+    """Write the ensemble file of the juniors in ``paths`` (:func:`ensemble_juniors`), atomically."""
+    state = ensemble_juniors(paths)
+    return atomic_write(path, lambda f: torch.save(state, f))
+
+
 def init_from_junior(run: Any, path: str | Path) -> None:
     """Start a new run's actor and normaliser from a junior file (``train.init_policy``); the critics start as
-    they would. The junior must have the run's action set and network shape (the message names both)."""
+    they would. The junior must have the run's action set and network shape (the message names both); an
+    ensemble file, of several actors, is refused."""
     state = load_junior(path)
+    if len(actors(state)) > 1:
+        raise ValueError(f"train.init_policy = {path} is an ensemble of {len(actors(state))} juniors, a run has one "
+                         "actor: start it from one of them")
     mine = None if run.actions.is_full else [int(i) for i in run.actions.indices]
     if state["action_set"] != mine:
         size = "the whole catalog" if state["action_set"] is None else f"{len(state['action_set'])} actions"

@@ -1,12 +1,15 @@
 """Reading a junior file (:mod:`ace_hybrid.training.junior` writes them): apart, so that what only plays a junior
-(:func:`~ace_hybrid.training.policy.load_agent`, a collection a junior drives) need not import what fits one."""
+(:func:`~ace_hybrid.training.policy.load_agent`, a collection a junior drives) need not import what fits one.
+
+An ensemble file (``ace-hybrid junior ensemble``) is a junior file whose ``members`` key holds the actors of
+juniors fitted on the same decisions (``actor`` is the first): it acts by their mean probabilities."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-__all__ = ["JUNIOR_FORMAT", "checked_junior", "is_junior", "learnt_from", "load_junior"]
+__all__ = ["JUNIOR_FORMAT", "actors", "checked_junior", "is_junior", "learnt_from", "load_junior"]
 
 JUNIOR_FORMAT = 1
 _KEYS = ("format", "kind", "config", "actor", "normalizer", "action_set", "fit")
@@ -39,3 +42,8 @@ def learnt_from(state: dict[str, Any]) -> list[int]:
     collection's (files written before this was recorded: its collection's configuration's)."""
     weeks = state["fit"].get("learnt_from")
     return [int(k) for k in (weeks if weeks is not None else state["config"]["env"]["train_scenarios"])]
+
+
+def actors(state: dict[str, Any]) -> list[dict[str, Any]]:
+    """The actor states a junior file acts with: its one actor, or an ensemble's members."""
+    return list(state.get("members") or [state["actor"]])

@@ -13,6 +13,7 @@ from ace_hybrid.grid.action_set import ActionSet
 from ace_hybrid.grid.catalog import ActionCatalog
 from ace_hybrid.grid.features import ObservationFeatures, RunningNormalizer
 from ace_hybrid.sac import DiscreteSAC, SACPolicy
+from ace_hybrid.sac.ensemble import PolicyEnsemble
 from ace_hybrid.training.checkpoint import checked_checkpoint, read_torch_file
 from ace_hybrid.training.run import Run
 
@@ -25,7 +26,7 @@ class SACAgent(PolicyAgent):
 
     name = "sac"
 
-    def __init__(self, env: Any, sac: SACPolicy, actions: ActionSet, features: ObservationFeatures,
+    def __init__(self, env: Any, sac: SACPolicy | PolicyEnsemble, actions: ActionSet, features: ObservationFeatures,
                  normalizer: RunningNormalizer, threshold: float, topk: int = 0, shortlist: int = 0) -> None:
         super().__init__(env.action_space, actions, features, normalizer, threshold, topk, policy=sac,
                          shortlist=shortlist)
@@ -46,11 +47,12 @@ def agent_of(run: Run, env: Any) -> SACAgent:
 
 
 def load_agent(path: str | Path, env: Any, topk: int | None = None, shortlist: int | None = None) -> SACAgent:
-    """A trained agent from a checkpoint file or a junior file (:mod:`ace_hybrid.training.junior`), for
+    """A trained agent from a checkpoint file or a junior file (:mod:`ace_hybrid.training.junior`; an ensemble
+    file acts by its members' mean probabilities), for
     ``ace-hybrid evaluate --agent checkpoint:PATH`` (``topk`` and
     ``shortlist`` override the run's ``env.deploy_topk`` and ``env.deploy_shortlist``; see
     :func:`~ace_hybrid.grid.agents.deployed_check`)."""
-    from ace_hybrid.training.junior_file import checked_junior, is_junior
+    from ace_hybrid.training.junior_file import actors, checked_junior, is_junior
 
     state = read_torch_file(path)
     junior = is_junior(state)
@@ -58,11 +60,17 @@ def load_agent(path: str | Path, env: Any, topk: int | None = None, shortlist: i
     cfg = config_from_dict(state["config"])
     actions = ActionSet(ActionCatalog.for_env(env), state.get("action_set"))
     features = ObservationFeatures(env)
-    make = SACPolicy if junior else DiscreteSAC
-    sac = make(features.dim, len(actions), cfg.sac, action_features=actions.features(), seed=cfg.train.seed)
+    sac: SACPolicy | PolicyEnsemble
     if junior:
-        sac.load_policy_state({k: v.numpy() for k, v in state["actor"].items()})
+        rows = actions.features()
+        members = [SACPolicy(features.dim, len(actions), cfg.sac, action_features=rows, seed=cfg.train.seed)
+                   for _ in actors(state)]
+        for member, actor in zip(members, actors(state), strict=True):
+            member.load_policy_state({k: v.numpy() for k, v in actor.items()})
+        sac = members[0] if len(members) == 1 else PolicyEnsemble(members)
     else:
+        sac = DiscreteSAC(features.dim, len(actions), cfg.sac, action_features=actions.features(),
+                          seed=cfg.train.seed)
         sac.load_state_dict(state["sac"])
     normalizer = RunningNormalizer(features.dim)
     normalizer.load_state_dict(state["normalizer"])
