@@ -102,3 +102,43 @@ def test_a_start_spread_as_long_as_a_scenario_is_refused() -> None:
     pytest.importorskip("lightsim2grid")
     with pytest.raises(ValueError, match=r"start_spread = 575 out of range \[0, 575\) for l2rpn_case14_sandbox"):
         make_env("l2rpn_case14_sandbox", seed=0, start_spread=575)
+
+
+class _GameOverAt:
+    """A real grid whose reset ends the game at some starts (as a seed's maintenance can at an hour of a generated
+    week: week 4 of l2rpn_idf_2023-weeks-s0, seed 2147, steps 696-791)."""
+
+    def __init__(self, env, bad) -> None:  # noqa: ANN001
+        self.__dict__.update(_env=env, bad=set(bad), tried=[])
+
+    def __getattr__(self, name: str):  # noqa: ANN204
+        return getattr(self._env, name)
+
+    def reset(self, seed: int, options: dict):  # noqa: ANN201
+        from grid2op.Exceptions import EnvError
+
+        self.tried.append(options.get("init ts", 0))
+        if self.tried[-1] in self.bad:
+            raise EnvError("This environment is not initialized")
+        return self._env.reset(seed=seed, options=options)
+
+
+def test_a_start_whose_reset_ends_the_game_moves_on_by_the_hour() -> None:
+    pytest.importorskip("lightsim2grid")
+    from ace_hybrid.grid.env import RESTART_STEPS
+
+    env = make_env("l2rpn_case14_sandbox", seed=0, start_spread=288)
+    try:
+        first = episode_start(env, 7)
+        grid = _GameOverAt(env, {first, first + RESTART_STEPS})
+        obs = reset_episode(grid, 0, 7)
+        assert grid.tried == [first, first + RESTART_STEPS, first + 2 * RESTART_STEPS]
+        assert grid.ace_episode_start == first + 2 * RESTART_STEPS and playable_steps(grid) == (
+            int(env.max_episode_duration()) - first - 2 * RESTART_STEPS)
+        assert np.isfinite(obs.rho).all()
+        never = _GameOverAt(env, range(first, int(env.max_episode_duration()) + RESTART_STEPS))
+        with pytest.raises(ValueError, match=rf"scenario 0, seed 7\): grid2op ends the game at every start from "
+                                             rf"step {first}"):
+            reset_episode(never, 0, 7)
+    finally:
+        env.close()

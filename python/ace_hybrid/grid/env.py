@@ -283,18 +283,39 @@ def playable_steps(env: Any) -> int:
     return int(env.max_episode_duration()) - int(getattr(env, "ace_episode_start", 0))
 
 
+RESTART_STEPS = 12
+"""Steps (an hour of 5-minute steps) an episode's start moves on by when its reset ends the game."""
+
+
 def reset_episode(env: Any, scenario: int, seed: int) -> Any:
     """Reset ``env`` to scenario ``scenario`` with episode seed ``seed`` and return the first observation.
 
     Seeds change opponents and maintenance, hence results: an episode is the pair (scenario, seed). With a
-    ``start_spread`` the seed also chooses the step the episode starts at (:func:`episode_start`).
+    ``start_spread`` the seed also chooses the step the episode starts at (:func:`episode_start`). A start where
+    grid2op ends the game at the reset itself (a seed's maintenance the grid cannot carry at that hour: week 4 of
+    l2rpn_idf_2023-weeks-s0, seed 2147, steps 696-791) moves on by ``RESTART_STEPS`` until one resets; the step
+    played from is ``env.ace_episode_start``.
+
+    Raises
+    ------
+    ValueError
+        A negative seed, or no start from the seed's to the scenario's end that resets.
     """
+    from grid2op.Exceptions import EnvError
+
     which = _grid2op_id(env, int(scenario))
     if seed < 0:
         raise ValueError(f"seed {seed} must be >= 0")
     start = episode_start(env, seed)
-    options: dict[str, Any] = {"time serie id": which}
-    if start:  # grid2op takes "init ts" >= 1 only
-        options["init ts"] = start
-    env.ace_episode_start = start
-    return env.reset(seed=int(seed), options=options)
+    while True:
+        options: dict[str, Any] = {"time serie id": which}
+        if start:  # grid2op takes "init ts" >= 1 only
+            options["init ts"] = start
+        env.ace_episode_start = start
+        try:
+            return env.reset(seed=int(seed), options=options)
+        except EnvError:
+            start += RESTART_STEPS
+            if start >= int(env.max_episode_duration()):
+                raise ValueError(f"episode (scenario {scenario}, seed {seed}): grid2op ends the game at every "
+                                 f"start from step {episode_start(env, seed)} to the scenario's end") from None
