@@ -15,9 +15,10 @@ tutor.
 
 The folder holds ``tutor.json`` (the configuration, the action set, the format) and one ``episodes/ep-<k>.npz`` per
 episode, each written atomically when its episode ends: a kill loses the episodes in flight and nothing else, and
-the same command continues. ``first_episode`` starts the ids elsewhere than 0: more episodes of the same weeks, seeds and
-action set, apart from a collection that played ``0, 1, ...`` (its episodes would repeat). Episodes are independent of the worker that plays them (the tutor reads no normaliser
-and every episode reseeds the grid), so ``--jobs`` changes the wall-clock time, never the data.
+the same command continues. ``first_episode`` starts the ids elsewhere than 0: more episodes of the same weeks and
+action set, apart from a collection that played ``0, 1, ...`` (its episodes would repeat). Episodes are independent
+of the worker that plays them (the tutor reads no normaliser and every episode reseeds the grid), so ``--jobs``
+changes the wall-clock time, never the data.
 """
 
 from __future__ import annotations
