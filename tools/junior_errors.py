@@ -46,7 +46,7 @@ def main() -> None:
           "does nothing where it acted |\n|:---|---:|---:|---:|---:|")
     for path in args.juniors:
         policies, normalizer = junior_policies(load_junior(path), d.obs.shape[1])
-        chosen = junior_choices(policies[0] if len(policies) == 1 else policies, normalizer, d)[held]
+        chosen = junior_choices(policies, normalizer, d)[held]
         nothing = tutor == 0
         hits.append(chosen == tutor)
         lo, hi = interval(cluster_draws(hits[-1], d.episode[held]))

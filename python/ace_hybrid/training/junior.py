@@ -28,7 +28,8 @@ from ace_hybrid.config import Config, config_from_dict
 from ace_hybrid.files import atomic_write
 from ace_hybrid.grid.features import RunningNormalizer
 from ace_hybrid.sac import SACPolicy
-from ace_hybrid.training.junior_file import JUNIOR_FORMAT, actors, checked_junior, is_junior, learnt_from, load_junior
+from ace_hybrid.training.junior_file import (JUNIOR_FORMAT, actor_policies, actors, checked_junior, is_junior,
+                                             learnt_from, load_junior)
 from ace_hybrid.training.tutor_decisions import Decisions, config_of, load_decisions, read_meta
 
 __all__ = ["HOLDOUT_EVERY", "JUNIOR_FORMAT", "Junior", "action_features", "checked_junior", "ensemble_juniors",
@@ -205,24 +206,20 @@ def _on_scenarios(folder: str | Path, scenarios: Sequence[int]) -> Any:
 def junior_choices(policy: SACPolicy | Sequence[SACPolicy], normalizer: RunningNormalizer, d: Decisions) -> np.ndarray:
     """(N,) the most likely legal action at each decision of ``d`` (the acting path's choice), in one batch; of
     several policies (an ensemble's members), by their mean probabilities."""
+    members = [policy] if isinstance(policy, SACPolicy) else list(policy)
     x, _, mask = _tensors(d, normalizer)
     with torch.no_grad():
-        if isinstance(policy, SACPolicy):
-            return _logits(policy, x).masked_fill(~mask, -torch.inf).argmax(1).numpy()
-        probs = [torch.softmax(_logits(p, x).masked_fill(~mask, -torch.inf), 1) for p in policy]
+        if len(members) == 1:
+            return _logits(members[0], x).masked_fill(~mask, -torch.inf).argmax(1).numpy()
+        probs = [torch.softmax(_logits(p, x).masked_fill(~mask, -torch.inf), 1) for p in members]
         return torch.stack(probs).mean(0).argmax(1).numpy()
 
 
 def junior_policies(state: dict[str, Any], obs_dim: int) -> tuple[list[SACPolicy], RunningNormalizer]:
     """The actor networks (one, or an ensemble's members) and the normaliser of a junior file's contents, for
     :func:`junior_choices` (the action features built from its grid)."""
-    cfg = config_from_dict(state["config"])
-    rows = action_features(cfg, state["action_set"])
-    policies = []
-    for actor in actors(state):
-        policy = SACPolicy(obs_dim, rows.shape[0], cfg.sac, action_features=rows, seed=0)
-        policy.load_policy_state({k: v.numpy() for k, v in actor.items()})
-        policies.append(policy)
+    rows = action_features(config_from_dict(state["config"]), state["action_set"])
+    policies = actor_policies(state, obs_dim, rows)
     normalizer = RunningNormalizer(obs_dim)
     normalizer.load_state_dict(state["normalizer"])
     return policies, normalizer
@@ -292,7 +289,7 @@ def ensemble_juniors(paths: Sequence[str | Path]) -> dict[str, Any]:
     members = [a for state in states for a in actors(state)]
     fit = {"ensemble_of": [str(p) for p in paths], "member_fits": [s["fit"] for s in states],
            "learnt_from": sorted({k for s in states for k in learnt_from(s)})}
-    return {**first, "actor": members[0], "members": members, "fit": fit}
+    return {**first, "members": members, "fit": fit}  # "actor": the first's, the first member
 
 
 def save_ensemble(path: str | Path, paths: Sequence[str | Path]) -> Path:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["JUNIOR_FORMAT", "actors", "checked_junior", "is_junior", "learnt_from", "load_junior"]
+__all__ = ["JUNIOR_FORMAT", "actor_policies", "actors", "checked_junior", "is_junior", "learnt_from", "load_junior"]
 
 JUNIOR_FORMAT = 1
 _KEYS = ("format", "kind", "config", "actor", "normalizer", "action_set", "fit")
@@ -47,3 +47,18 @@ def learnt_from(state: dict[str, Any]) -> list[int]:
 def actors(state: dict[str, Any]) -> list[dict[str, Any]]:
     """The actor states a junior file acts with: its one actor, or an ensemble's members."""
     return list(state.get("members") or [state["actor"]])
+
+
+def actor_policies(state: dict[str, Any], obs_dim: int, action_features: Any, seed: int = 0) -> list[Any]:
+    """A :class:`~ace_hybrid.sac.SACPolicy` per actor of a junior file (one, or an ensemble's members), over the
+    action features ``action_features`` of its action set."""
+    from ace_hybrid.config import config_from_dict
+    from ace_hybrid.sac import SACPolicy
+
+    cfg = config_from_dict(state["config"])
+    policies = []
+    for actor in actors(state):
+        policy = SACPolicy(obs_dim, action_features.shape[0], cfg.sac, action_features=action_features, seed=seed)
+        policy.load_policy_state({k: v.numpy() for k, v in actor.items()})
+        policies.append(policy)
+    return policies

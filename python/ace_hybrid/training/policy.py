@@ -52,7 +52,7 @@ def load_agent(path: str | Path, env: Any, topk: int | None = None, shortlist: i
     ``ace-hybrid evaluate --agent checkpoint:PATH`` (``topk`` and
     ``shortlist`` override the run's ``env.deploy_topk`` and ``env.deploy_shortlist``; see
     :func:`~ace_hybrid.grid.agents.deployed_check`)."""
-    from ace_hybrid.training.junior_file import actors, checked_junior, is_junior
+    from ace_hybrid.training.junior_file import actor_policies, checked_junior, is_junior
 
     state = read_torch_file(path)
     junior = is_junior(state)
@@ -62,11 +62,7 @@ def load_agent(path: str | Path, env: Any, topk: int | None = None, shortlist: i
     features = ObservationFeatures(env)
     sac: SACPolicy | PolicyEnsemble
     if junior:
-        rows = actions.features()
-        members = [SACPolicy(features.dim, len(actions), cfg.sac, action_features=rows, seed=cfg.train.seed)
-                   for _ in actors(state)]
-        for member, actor in zip(members, actors(state), strict=True):
-            member.load_policy_state({k: v.numpy() for k, v in actor.items()})
+        members = actor_policies(state, features.dim, actions.features(), seed=cfg.train.seed)
         sac = members[0] if len(members) == 1 else PolicyEnsemble(members)
     else:
         sac = DiscreteSAC(features.dim, len(actions), cfg.sac, action_features=actions.features(),
