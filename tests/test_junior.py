@@ -20,7 +20,7 @@ from ace_hybrid.config import load_config
 from ace_hybrid.grid.env import make_env
 from ace_hybrid.training.junior import fit_junior, load_junior, save_junior
 from ace_hybrid.training.loop import train
-from ace_hybrid.training.tutor_decisions import collect_decisions, load_decisions
+from ace_hybrid.training.tutor_decisions import Decisions, collect_decisions, load_decisions
 
 from tiny_settings import TINY  # noqa: E402 (tests/ is on sys.path: see conftest.py)
 
@@ -432,3 +432,125 @@ def test_an_ensemble_of_juniors_acts_by_their_mean_probabilities(collection: Pat
     assert "at least 2 junior files, got 1" in capsys.readouterr().err and not (tmp_path / "bad.pt").exists()
     with pytest.raises(ValueError, match="acts deterministically"):
         agent.sac.act(row, mask, deterministic=False)
+
+
+def test_the_tutor_keeps_its_candidates_and_their_simulated_outcomes(collection: Path) -> None:
+    """Each decision keeps the tutor's candidates (do nothing, then its shortlist) and their simulated max rho, of
+    which its choice is the lowest; recorded on a real grid, each rho is that of a fresh ``obs.simulate``."""
+    from ace_hybrid.grid.agents import GreedyExpertAgent
+    from ace_hybrid.grid.catalog import ActionCatalog
+    from ace_hybrid.training.tutor_decisions import _RecordingTutor
+
+    d = load_decisions(collection)
+    assert d.candidates is not None and d.candidate_rho is not None
+    assert d.candidates.shape == (len(d), 4) and (d.candidates[:, 0] == 0).all()  # train.tutor_budget = 4
+    rho = np.where(d.candidates >= 0, d.candidate_rho, np.inf)
+    np.testing.assert_array_equal(d.candidates[np.arange(len(d)), rho.argmin(1)], d.action)
+    listed = d.candidates >= 0
+    assert d.mask[np.nonzero(listed)[0], d.candidates[listed]].all()  # every candidate was legal
+    env = make_env("l2rpn_case14_sandbox", seed=0)
+    try:
+        obs = env.reset()
+        catalog = ActionCatalog.for_env(env)
+        tutor = GreedyExpertAgent(env.action_space, catalog, budget=5, threshold=0.3)
+        recording = _RecordingTutor(tutor, catalog)
+        label = recording.choose(obs)
+        assert label == tutor.choose(obs)
+        for index, got in zip(recording.candidates[0], recording.rhos[0], strict=True):
+            sim, _, done, info = obs.simulate(catalog.action(int(index)))
+            want = np.inf if done or info.get("is_illegal") or info.get("exception") else float(np.max(sim.rho))
+            assert got == pytest.approx(want, rel=1e-6)
+    finally:
+        env.close()
+
+
+def _with_candidates(folder: Path) -> None:
+    """Give a scripted collection the tutor's candidates: do nothing, the tutor's choice (moved to action
+    1 + argmax(obs[:5])) and two others, of which one simulates as well as the choice (a near-tie) and one ends the
+    game."""
+    rng = np.random.default_rng(1)
+    for path in sorted((folder / "episodes").glob("*.npz")):
+        with np.load(path) as z:
+            cols = dict(z)
+        n = len(cols["action"])
+        action = cols["action"] = cols["action"] + 1
+        twin = 1 + (action + rng.integers(0, 4, n)) % 5  # another of actions 1-5, never the choice
+        cands = np.stack([np.zeros(n, np.int64), action, twin, np.full(n, 6)], 1)
+        rho = np.tile(np.array([1.2, 0.8, 0.8005, np.inf], np.float32), (n, 1))
+        np.savez(path, **cols, candidates=cands, candidate_rho=rho)
+
+
+def test_a_junior_learns_among_the_candidates_and_counts_near_ties_right(collection: Path, tmp_path: Path) -> None:
+    """``fit --among``: the junior chooses among the tutor's candidates only, as ``env.deploy_among`` deploys it;
+    ``fit --tolerance``: every candidate within it of the tutor's best is right (a near-tie is no mistake)."""
+    import subprocess
+
+    folder = tmp_path / "scripted"
+    _scripted_collection(collection, folder)
+    with pytest.raises(ValueError, match="among = 3: these decisions do not keep the tutor's candidates"):
+        fit_junior(folder, among=3, progress=False)
+    assert load_decisions(folder).candidates is None  # collected before candidates were kept
+    _with_candidates(folder)
+    d = load_decisions(folder)
+    near = d.near_best(0.001)
+    assert near.sum(1).tolist() == [2] * len(d) and near[np.arange(len(d)), d.action].all()
+    assert (d.near_best(None).sum(1) == 1).all() and (d.near_best(0.0).sum(1) == 1).all()
+    # Doing nothing between the choice (0.8) and its twin (0.8005): never worse than it keeps the twin out.
+    rho = d.candidate_rho.copy()
+    rho[:, 0] = 0.8002
+    closer = Decisions(*(rho if name == "candidate_rho" else col for name, col in zip(d._fields, d, strict=True)))
+    assert (closer.near_best(0.001).sum(1) == 3).all()
+    safe = closer.near_best(0.001, never_worse=True)
+    assert (safe.sum(1) == 2).all() and safe[:, 0].all() and safe[np.arange(len(d)), d.action].all()
+    with pytest.raises(ValueError, match="never_worse = True needs a tolerance"):
+        fit_junior(folder, never_worse=True, progress=False)
+    restricted = d.among(3)
+    assert (restricted.mask.sum(1) == 3).all() and not restricted.mask[:, 6].any()  # the 4th is cut
+    fitted = fit_junior(folder, among=3, tolerance=0.001, epochs=40, lr=3e-3, progress=False)
+    kept = fitted.fit["history"][fitted.fit["kept_epoch"] - 1]
+    assert fitted.fit["among"] == 3 and fitted.fit["tolerance"] == 0.001
+    assert kept["validation_near_best"] >= 0.9 > kept["validation_accuracy"]  # the coin between twins is not learnt
+    assert kept["validation_near_best"] == max(h["validation_near_best"] for h in fitted.fit["history"])
+    assert fitted.fit["validation_near_best"] == kept["validation_near_best"]
+    with pytest.raises(ValueError, match=r"among = 1 out of range: expected 0 or \[2, 1000\]"):
+        fit_junior(folder, among=1, progress=False)
+    with pytest.raises(ValueError, match=r"tolerance = -0.1 out of range"):
+        fit_junior(folder, tolerance=-0.1, progress=False)
+    path = save_junior(tmp_path / "among.pt", fitted)
+    tool = Path(__file__).resolve().parents[1] / "tools" / "junior_errors.py"
+    out = subprocess.run([sys.executable, str(tool), str(folder), str(path), "--among", "3"], capture_output=True,
+                         text=True, check=True).stdout
+    row = next(line for line in out.splitlines() if line.startswith(f"| {path}, among 3 |"))
+    cells = [c.strip(" %") for c in row.split("|")]
+    assert float(cells[4]) == 0.0  # never worse than doing nothing: do nothing is the worst here
+    assert float(cells[6].split("%")[0]) >= 90.0 and float(cells[7].split()[0]) <= 0.05  # near-best, low regret
+    assert "| do nothing | 0.0% " in out and "the tutor's choice is among them at 100.0%" in out
+    assert "| the tutor | 100.0% " in out
+    failed = subprocess.run([sys.executable, str(tool), str(folder), str(path), "--among", "1"], capture_output=True,
+                            text=True)
+    assert failed.returncode == 2 and "--among 1: expected K >= 2" in failed.stderr
+
+
+def test_a_policy_alone_among_the_shortlist_plays_one_of_its_candidates(collection: Path, tmp_path: Path) -> None:
+    """``env.deploy_among = k``: the policy alone plays its most likely of do nothing and the first k - 1 of the
+    heuristic shortlist (no simulation); an experiment's junior row applies its own setting, alone only."""
+    from ace_hybrid.experiment.cells import baseline_agent
+
+    path = save_junior(tmp_path / "junior.pt", fit_junior(collection, epochs=2, progress=False))
+    env = make_env("l2rpn_case14_sandbox", seed=0)
+    try:
+        agent = make_agent(f"checkpoint:{path}", env, topk=0, among=3)
+        obs = env.reset()
+        allowed = [0, *agent.actions.shortlist(obs, 2)]
+        x, mask = agent.normalizer(agent.features(obs)), agent.actions.legal_mask(obs)
+        want = int(allowed[int(np.argmax(agent.policy_probs(x, mask)[allowed]))])
+        assert agent.decide(obs) == agent.actions.action(want) and agent.simulations == 0
+        with pytest.raises(ValueError, match=r"among = 3 out of range: .* alone \(topk = 0, not 2\)"):
+            make_agent(f"checkpoint:{path}", env, topk=2, among=3)
+        cfg = load_config(None, [*COLLECT, f"train.init_policy={path}", "env.deploy_among=3"])
+        assert baseline_agent("junior", env, cfg, 4, topk=0).among == 3
+        assert baseline_agent("junior", env, cfg, 4, topk=2).among == 0
+    finally:
+        env.close()
+    with pytest.raises(ValueError, match="env.deploy_among"):
+        load_config(None, [*COLLECT, "env.deploy_among=1"])

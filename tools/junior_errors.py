@@ -3,9 +3,18 @@
 often it acts where the tutor did nothing (and the reverse), and the one-line control (the most frequent legal
 action of the training episodes).
 
+With ``--among K`` (a collection that keeps the tutor's candidates), each junior also chooses only among do nothing
+and the first K - 1 of the tutor's heuristic shortlist, as ``env.deploy_among = K`` deploys it (no simulation), beside
+the shortlist's own first action and a uniform draw among the same candidates; and, from the tutor's simulations,
+how often the choice is worse than doing nothing or ends the game where the tutor's did not, how often it is
+near-best (within ``--tolerance``, 0.01, of the best simulated max rho: the tutor's choice among near-ties is a
+coin), and its regret (its simulated max rho above the best's); juniors after the first are paired with it.
+
     PYTHONPATH=python python tools/junior_errors.py runs/junior/tutor-train runs/junior/junior-9.6k.pt
     PYTHONPATH=python python tools/junior_errors.py runs/junior/tutor8-train runs/junior/junior8.pt \
         --on runs/junior/tutor8-val
+    PYTHONPATH=python python tools/junior_errors.py runs/junior/tutor8-train runs/junior/junior8.pt \
+        --on runs/junior/tutor8-val7c --among 8
 """
 
 from __future__ import annotations
@@ -16,7 +25,10 @@ import numpy as np
 
 from ace_hybrid.experiment.statistics import cluster_draws, interval
 from ace_hybrid.training.junior import HOLDOUT_EVERY, junior_choices, junior_policies, load_junior
-from ace_hybrid.training.tutor_decisions import load_decisions, read_meta
+from ace_hybrid.training.tutor_decisions import Decisions, load_decisions, read_meta
+
+REGRET_CAP = 0.5
+"""A regret (max rho above the best candidate's) counted at most this: a game over is not an infinite mistake."""
 
 
 def main() -> None:
@@ -26,6 +38,12 @@ def main() -> None:
     parser.add_argument("--on", default=None, metavar="DIR",
                         help="measure on this collection (e.g. junior collect --scenarios validation) instead of the "
                         "held-out episodes of DATA; the rule then counts all of DATA")
+    parser.add_argument("--among", type=int, default=0, metavar="K",
+                        help="also choose among do nothing and the first K - 1 of the tutor's shortlist (>= 2; the "
+                        "collection must keep the tutor's candidates)")
+    parser.add_argument("--tolerance", type=float, default=0.01, metavar="RHO",
+                        help="with --among: a choice within RHO of the best candidate's simulated max rho is near-best "
+                        "(default 0.01)")
     args = parser.parse_args()
     d = load_decisions(args.data)
     held = d.episode % HOLDOUT_EVERY == HOLDOUT_EVERY - 1
@@ -36,6 +54,12 @@ def main() -> None:
         if read_meta(args.on)["action_set"] != read_meta(args.data)["action_set"]:
             parser.error(f"{args.on} was collected over another action set than {args.data}")
         d = load_decisions(args.on)
+        held = np.ones(len(d), bool)
+    if args.among:
+        if args.among < 2 or d.candidates is None:
+            parser.error(f"--among {args.among}: expected K >= 2 and a collection that keeps the tutor's candidates "
+                         "(collected by this version)")
+        d = d.rows(held)
         held = np.ones(len(d), bool)
     tutor, masks = d.action[held], d.mask[held]
     rule = np.where(masks, counts, -1).argmax(1)
@@ -60,7 +84,52 @@ def main() -> None:
         gain = 100 * (hit.mean() - hits[0].mean())
         print(f"\n{path} − {args.juniors[0]}: {gain:+.1f} points [{lo:+.1f}, {hi:+.1f}]", end="")
     print()
+    if args.among:
+        among_table(d, args.juniors, args.among, args.tolerance)
 
+
+def among_table(d: Decisions, juniors: list[str], k: int, tolerance: float) -> None:
+    """Accuracy and simulated outcome of choices among do nothing and the first k - 1 of the tutor's shortlist."""
+    cands = d.candidates[:, :k]
+    rho = np.where(cands >= 0, d.candidate_rho[:, :k], np.inf)
+    restricted = d.among(k)
+    rng = np.random.default_rng(0)
+    drawn = np.array([rng.choice(c[c >= 0]) for c in cands])
+    rows = {"do nothing": np.zeros(len(d), np.int64),
+            "the shortlist's first (do nothing if none)": np.where(cands[:, 1] >= 0, cands[:, 1], 0),
+            f"uniform among the {k} candidates": drawn, "the tutor": d.action}
+    for path in juniors:
+        policies, normalizer = junior_policies(load_junior(path), d.obs.shape[1])
+        rows[f"{path}, among {k}"] = junior_choices(policies, normalizer, restricted)
+    best = rho.min(1)
+    near = d.near_best(tolerance)
+    print(f"\nAmong do nothing and the first {k - 1} of the tutor's shortlist ({len(d)} decisions; the tutor's "
+          f"choice is among them at {np.mean((cands == d.action[:, None]).any(1)):.1%}; on average "
+          f"{near.sum(1).mean():.1f} actions are near-best, do nothing at {near[:, 0].mean():.1%}). Regret: the "
+          f"choice's simulated max rho above the best candidate's, capped at {REGRET_CAP} (a game over counts the "
+          "cap):\n")
+    print("| Choice | accuracy [95% CI over episodes] | acts | worse than doing nothing | game over where the tutor's "
+          f"was not | near-best (within {tolerance}) [95% CI] | mean regret [95% CI] | regret > 0.05 |\n"
+          "|:---|---:|---:|---:|---:|---:|---:|---:|")
+    scores: dict[str, np.ndarray] = {}
+    for name, chosen in rows.items():
+        got = rho[np.arange(len(d)), np.argmax(cands == chosen[:, None], 1)]
+        regret = np.where(np.isfinite(best), np.minimum(got - np.where(np.isfinite(best), best, 0), REGRET_CAP), 0)
+        hit, good = chosen == d.action, near[np.arange(len(d)), chosen]
+        scores[name] = np.stack([good, regret], 1)
+        (lo, hi), (glo, ghi), (rlo, rhi) = (interval(cluster_draws(v, d.episode)) for v in (hit, good, regret))
+        print(f"| {name} | {hit.mean():.1%} [{lo:.1%}, {hi:.1%}] | {np.mean(chosen != 0):.1%} | "
+              f"{np.mean(got > rho[:, 0]):.1%} | {np.mean(np.isinf(got) & np.isfinite(best)):.1%} | "
+              f"{good.mean():.1%} [{glo:.1%}, {ghi:.1%}] | {regret.mean():.4f} [{rlo:.4f}, {rhi:.4f}] | "
+              f"{np.mean(regret > 0.05):.1%} |")
+    names = [f"{path}, among {k}" for path in juniors]
+    for name in names[1:]:  # paired, as above: the same decisions, the same episode draws
+        draws = cluster_draws(np.concatenate([scores[name], scores[names[0]]], 1), d.episode)
+        (glo, ghi), (rlo, rhi) = interval(100 * (draws[:, 0] - draws[:, 2])), interval(draws[:, 1] - draws[:, 3])
+        gain, less = scores[name].mean(0) - scores[names[0]].mean(0)
+        print(f"\n{name} − {names[0]}: near-best {100 * gain:+.1f} points [{glo:+.1f}, {ghi:+.1f}], mean regret "
+              f"{less:+.4f} [{rlo:+.4f}, {rhi:+.4f}]", end="")
+    print()
 
 if __name__ == "__main__":
     main()

@@ -241,6 +241,10 @@ def _add_evaluate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     ev.add_argument("--shortlist", type=int, default=None, metavar="M",
                     help="trained agents: M of the k checked are the greedy expert's heuristic shortlist, k - M the "
                     "policy's most likely (default: the run's env.deploy_shortlist; 0: all the policy's)")
+    ev.add_argument("--among", type=int, default=None, metavar="K",
+                    help="trained agents alone (topk 0): the most likely of do nothing and K - 1 of the greedy "
+                    "expert's heuristic shortlist, none simulated (default: the run's env.deploy_among; 0: of every "
+                    "legal action)")
     ev.add_argument("--score", action="store_true",
                     help="also compute grid2op's L2RPN score (runs its reference agents on a writable data copy)")
     ev.add_argument("--out", type=Path, default=Path("runs/evaluate"), help="output folder (default runs/evaluate)")
@@ -394,6 +398,14 @@ def _add_junior(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     fit.add_argument("--weight-decay", type=float, default=0.0, help="AdamW's weight decay (default 0)")
     fit.add_argument("--noise", type=float, default=0.0,
                      help="std of Gaussian noise on the normalised features of each training batch (default 0)")
+    fit.add_argument("--among", type=int, default=0, metavar="K",
+                     help="learn to choose among do nothing and the first K - 1 of the tutor's shortlist only, as "
+                     "env.deploy_among = K deploys it (collections that keep the tutor's candidates; default 0: all)")
+    fit.add_argument("--tolerance", type=float, default=None, metavar="RHO",
+                     help="every candidate whose simulated max rho is within RHO of the tutor's best is right "
+                     "(default: the tutor's choice alone)")
+    fit.add_argument("--never-worse", action="store_true",
+                     help="with --tolerance: a candidate simulated worse than doing nothing is never right")
     fit.add_argument("--seed", type=int, default=0)
     fit.add_argument("--out", type=Path, required=True, help="the junior file to write (e.g. junior.pt)")
     fit.add_argument("--no-progress", action="store_true", help="hide the progress bar")
@@ -452,12 +464,15 @@ def cmd_junior(args: argparse.Namespace) -> int:
     from ace_hybrid.training.junior import fit_junior, save_junior
 
     junior = fit_junior(args.data, args.decisions, validation=args.validation, also=args.also, epochs=args.epochs,
-                        lr=args.lr, weight_decay=args.weight_decay, noise=args.noise, seed=args.seed,
+                        lr=args.lr, weight_decay=args.weight_decay, noise=args.noise, among=args.among,
+                        tolerance=args.tolerance, never_worse=args.never_worse, seed=args.seed,
                         progress=not args.no_progress)
     save_junior(args.out, junior)
     f = junior.fit
     held = (f"{f['validation_accuracy']:.1%} (validation, {f['validation_decisions']} decisions)"
             if f["validation_decisions"] else "no validation decisions (collect more episodes, or give --validation)")
+    if f.get("validation_near_best") is not None:
+        held += f"; near-best (within {f['tolerance']}) {f['validation_near_best']:.1%} on validation"
     print(f"{args.out}: trained on {f['decisions']} decisions ({f['episodes']} episodes), kept epoch "
           f"{f['kept_epoch']}: accuracy against the tutor {f['train_accuracy']:.1%} (training), {held}")
     return 0
@@ -567,7 +582,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     def build(e: Any) -> Any:
         return make_agent(args.agent, e, threshold=args.threshold, budget=args.budget, topk=args.topk,
-                          shortlist=args.shortlist)
+                          shortlist=args.shortlist, among=args.among)
 
     agent = build(env)
     report = evaluate(env, agent, pairs, agent_name=args.agent, max_steps=args.max_steps,

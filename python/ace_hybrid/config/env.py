@@ -58,6 +58,10 @@ class EnvConfig:
     """How many of the ``deploy_topk`` actions checked come from the action set's heuristic shortlist (the greedy
     expert's candidates) instead of the policy's ranking: the same simulations, candidates from both (0: all the
     policy's; else in [1, deploy_topk - 1])."""
+    deploy_among: int = 0
+    """The policy alone (``deploy_topk = 0``) only: it plays its most likely of do nothing and the first
+    ``deploy_among - 1`` actions of the action set's heuristic shortlist (the greedy expert's candidates), none
+    simulated (0: its most likely legal action; else >= 2)."""
     action_set: str = "full"
     """The actions the policy chooses among: "full" (the whole catalog, ACE's setting) or "tutor:N" (do nothing, the
     line reconnections and the N actions a simulating tutor found best most often in danger states of the training
@@ -76,6 +80,8 @@ class EnvConfig:
         check(self.deploy_topk >= 0, "env.deploy_topk", self.deploy_topk, "must be >= 0")
         check(self.deploy_shortlist == 0 or 0 < self.deploy_shortlist < self.deploy_topk, "env.deploy_shortlist",
               self.deploy_shortlist, f"must be 0 or in [1, env.deploy_topk - 1 = {self.deploy_topk - 1}]")
+        check(self.deploy_among == 0 or 2 <= self.deploy_among <= 1000, "env.deploy_among", self.deploy_among,
+              "must be 0 or in [2, 1000]")
         parse_action_set(self.action_set)
         check(1 <= self.action_set_states <= 1_000_000, "env.action_set_states", self.action_set_states,
                "must be in [1, 1000000]")

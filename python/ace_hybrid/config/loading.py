@@ -26,7 +26,7 @@ RENAMED = {"replay.llm_capacity": "replay.validated_capacity"}
 naming the new one; a configuration saved under an old key (a checkpoint's) is read under the new one."""
 
 ADDED = {"env.start_spread": 0, "sac.max_alpha": math.inf, "sac.critic_layer_norm": False, "env.deploy_shortlist": 0,
-         "ace.do_nothing_first": False, "env.data": "",
+         "env.deploy_among": 0, "ace.do_nothing_first": False, "env.data": "",
          "train.init_policy": "", "train.tutor_data": "", "ace.exam": "", "ace.exam_size": 160,
          "ace.label_candidates": False}
 """Configuration keys added after runs were saved, with the value that does what was done before them. At that value

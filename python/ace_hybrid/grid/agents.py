@@ -134,13 +134,14 @@ class GreedyExpertAgent(RuleAgent):
 
     def choose(self, observation: Any) -> int:
         """The catalog index of the best simulated candidate (0, do nothing, unless one beats it)."""
-        shortlist = self.catalog.shortlist(observation, self.budget - 1)
-        best_index, best_rho = 0, self._simulate_max_rho(observation, self.catalog.action(0))
-        for index in shortlist:
-            rho = self._simulate_max_rho(observation, self.catalog.action(int(index)))
-            if rho < best_rho:
-                best_index, best_rho = int(index), rho
-        return best_index
+        candidates, rhos = self.simulated(observation)
+        return candidates[int(np.argmin(rhos))]  # the first of the lowest: do nothing wins ties
+
+    def simulated(self, observation: Any) -> tuple[list[int], list[float]]:
+        """The candidates (do nothing, then the heuristic shortlist of ``budget - 1``) and each one's simulated max
+        rho (+inf when it fails, is illegal or ends the episode)."""
+        candidates = [0, *(int(i) for i in self.catalog.shortlist(observation, self.budget - 1))]
+        return candidates, [self._simulate_max_rho(observation, self.catalog.action(c)) for c in candidates]
 
 
 class RandomCandidateAgent(RuleAgent):
@@ -206,10 +207,14 @@ class PolicyAgent(RuleAgent):
         The trained model the subclass reads (kept as ``self.policy``).
     shortlist
         How many of the ``topk`` checked come from the action set's heuristic shortlist (0: all the policy's).
+    among
+        The policy alone only (``topk = 0``): it plays its most likely of do nothing and the first ``among - 1`` of
+        the action set's heuristic shortlist -- the greedy expert's candidates, none simulated (0: of every legal
+        action).
     """
 
     def __init__(self, action_space: Any, actions: Any, features: Any, normalizer: Any, threshold: float,
-                 topk: int = 0, policy: Any = None, shortlist: int = 0) -> None:
+                 topk: int = 0, policy: Any = None, shortlist: int = 0, among: int = 0) -> None:
         super().__init__(action_space, threshold)
         if topk < 0:
             raise ValueError(f"topk = {topk} out of range [0, inf)")
@@ -217,13 +222,18 @@ class PolicyAgent(RuleAgent):
             raise ValueError(f"shortlist = {shortlist} out of range [0, topk - 1 = {max(topk - 1, 0)}]: the policy "
                              f"proposes at least one of the topk = {topk} actions checked (topk = 0: the policy "
                              f"alone, no shortlist)")
+        if among != 0 and (among < 2 or topk != 0):
+            raise ValueError(f"among = {among} out of range: 0, or >= 2 (do nothing and at least one shortlisted "
+                             f"action) with the policy alone (topk = 0, not {topk})")
         self.actions, self.features, self.normalizer, self.policy = actions, features, normalizer, policy
-        self.topk, self.shortlist = int(topk), int(shortlist)
+        self.topk, self.shortlist, self.among = int(topk), int(shortlist), int(among)
 
     def decide(self, observation: Any) -> Any:
         x = self.normalizer(self.features(observation))
         mask = self.actions.legal_mask(observation)
         if self.topk == 0:
+            if self.among:
+                mask = among_mask(mask, [0, *self.actions.shortlist(observation, self.among - 1)])
             return self.actions.action(self.most_likely(x, mask))
         candidates = [0, *self.checked(observation, x, mask)]
         rhos = [self._simulate_max_rho(observation, self.actions.action(a)) for a in candidates]
@@ -252,14 +262,25 @@ class PolicyAgent(RuleAgent):
         return int(np.argmax(np.where(mask, self.policy_probs(x, mask), -1.0)))
 
 
-def deployed_check(cfg: Config, topk: int | None, shortlist: int | None) -> tuple[int, int]:
-    """(topk, shortlist) a saved policy is deployed with: the run's ``env.deploy_topk`` and ``env.deploy_shortlist``
-    where not given; the policy alone (topk 0) has no shortlist. A shortlist that does not fit the top-k is the
-    agent's ValueError."""
+def among_mask(mask: np.ndarray, candidates: Any) -> np.ndarray:
+    """``mask`` kept at ``candidates`` only (indices; negative ones, padding, are skipped)."""
+    keep = np.zeros_like(mask)
+    chosen = np.asarray(candidates, np.int64)
+    keep[chosen[chosen >= 0]] = True
+    return mask & keep
+
+
+def deployed_check(cfg: Config, topk: int | None, shortlist: int | None,
+                   among: int | None = None) -> tuple[int, int, int]:
+    """(topk, shortlist, among) a saved policy is deployed with: the run's ``env.deploy_topk``,
+    ``env.deploy_shortlist`` and ``env.deploy_among`` where not given; the policy alone (topk 0) has no shortlist and
+    a check (topk > 0) no ``among``. A shortlist that does not fit the top-k is the agent's ValueError."""
     k = cfg.env.deploy_topk if topk is None else topk
     if shortlist is None:
         shortlist = cfg.env.deploy_shortlist if k > 0 else 0
-    return k, shortlist
+    if among is None:
+        among = cfg.env.deploy_among if k == 0 else 0
+    return k, shortlist, among
 
 
 def make_tutor(env: Any, cfg: Config, actions: Any = None) -> GreedyExpertAgent:

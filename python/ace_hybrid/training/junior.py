@@ -15,6 +15,7 @@ decisions (other seeds) into one file that acts by their mean probabilities.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,7 +31,7 @@ from ace_hybrid.grid.features import RunningNormalizer
 from ace_hybrid.sac import SACPolicy
 from ace_hybrid.training.junior_file import (JUNIOR_FORMAT, actor_policies, actors, checked_junior, is_junior,
                                              learnt_from, load_junior)
-from ace_hybrid.training.tutor_decisions import Decisions, config_of, load_decisions, read_meta
+from ace_hybrid.training.tutor_decisions import Decisions, concatenate, config_of, load_decisions, read_meta
 
 __all__ = ["HOLDOUT_EVERY", "JUNIOR_FORMAT", "Junior", "action_features", "checked_junior", "ensemble_juniors",
            "fit_junior", "init_from_junior", "is_junior", "junior_choices", "junior_hits", "junior_policies",
@@ -60,12 +61,16 @@ class Junior(NamedTuple):
     """How it was trained: decisions, epochs, accuracies per epoch, seconds."""
 
 
-def _accuracy(policy: SACPolicy, x: torch.Tensor, action: torch.Tensor, mask: torch.Tensor) -> float:
-    """Share of decisions where the policy's most likely legal action is the tutor's."""
+def _accuracy(policy: SACPolicy, x: torch.Tensor, action: torch.Tensor, mask: torch.Tensor,
+              good: torch.Tensor | None = None) -> float:
+    """Share of decisions where the policy's most likely legal action is the tutor's (``good``: one of the actions
+    it marks, :meth:`~ace_hybrid.training.tutor_decisions.Decisions.near_best`)."""
     if action.numel() == 0:
         return float("nan")
     with torch.no_grad():
-        return float((_logits(policy, x).masked_fill(~mask, -torch.inf).argmax(1) == action).float().mean())
+        chosen = _logits(policy, x).masked_fill(~mask, -torch.inf).argmax(1)
+        hit = chosen == action if good is None else good[torch.arange(len(chosen)), chosen]
+        return float(hit.float().mean())
 
 
 def _logits(policy: SACPolicy, x: torch.Tensor) -> torch.Tensor:
@@ -77,13 +82,21 @@ def _logits(policy: SACPolicy, x: torch.Tensor) -> torch.Tensor:
 def fit_junior(folder: str | Path, decisions: int | None = None, *, validation: str | Path | None = None,
                also: Sequence[str | Path] = (), scenarios: Sequence[int] | None = None, epochs: int = 30,
                batch_size: int = 256, lr: float = 1e-3, weight_decay: float = 0.0, noise: float = 0.0,
-               seed: int = 0, progress: bool = True) -> Junior:
+               among: int = 0, tolerance: float | None = None, never_worse: bool = False, seed: int = 0,
+               progress: bool = True) -> Junior:
     """Behaviour-clone the tutor's first ``decisions`` decisions (None: all) of the collection in ``folder``, and
     every decision of the collections ``also`` (e.g. DAgger's: the tutor's labels on a junior's own states, ``junior
     collect --driver``), which the validation decisions never include. ``scenarios``: only the episodes of ``folder``
     on these scenarios (e.g. the first n training weeks, for a curve against weeks), training and held out alike.
     Two regularisers against learning the training weeks by heart: ``weight_decay`` (AdamW's, decoupled) and
     ``noise``, the standard deviation of Gaussian noise added to the normalised features of every training batch.
+
+    Two uses of the tutor's simulations (collections that keep its candidates): ``among = k`` learns to choose
+    among do nothing and the first ``k - 1`` of the tutor's shortlist only, as ``env.deploy_among = k`` deploys it;
+    ``tolerance`` counts every candidate whose simulated max rho is within it of the best as right (the loss is
+    minus the log of their total probability, and the kept epoch is the one most often choosing one of them): the
+    tutor's choice among near-ties is a coin the junior need not learn; with ``never_worse``, a candidate that
+    simulates worse than doing nothing is never right, however close (the tutor never plays one).
 
     ``validation``: a collection to measure validation accuracy on (same configuration's grid and action set);
     None holds out every :data:`HOLDOUT_EVERY`-th episode of the whole collection instead, and ``decisions``
@@ -95,16 +108,15 @@ def fit_junior(folder: str | Path, decisions: int | None = None, *, validation: 
     ValueError
         An argument out of range (naming it), or a validation or ``also`` collection over another action set.
     """
-    for name, v, low in (("epochs", epochs, 1), ("batch_size", batch_size, 1)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < low:
-            raise ValueError(f"{name} = {v!r} out of range: expected an integer >= {low}")
-    if not 0 < lr <= 1:
-        raise ValueError(f"lr = {lr!r} out of range: expected (0, 1]")
-    for name, v in (("weight_decay", weight_decay), ("noise", noise)):
-        if not 0 <= v <= 10:
-            raise ValueError(f"{name} = {v!r} out of range: expected [0, 10]")
+    _check_fit_arguments(epochs, batch_size, lr, weight_decay, noise, among, tolerance)
     meta, cfg = read_meta(folder), config_of(folder)
     train, val, episodes = _split(folder, decisions, validation, also, scenarios)
+    if among:
+        train, val = train.among(among), val.among(among)
+    if never_worse and tolerance is None:
+        raise ValueError("never_worse = True needs a tolerance: without one only the tutor's choice is right")
+    goods = ([torch.from_numpy(d.near_best(tolerance, never_worse)) for d in (train, val)] if tolerance is not None
+             else [None] * 2)
     normalizer = RunningNormalizer(train.obs.shape[1])
     normalizer.update(train.obs)
     torch.manual_seed(seed)
@@ -119,24 +131,19 @@ def fit_junior(folder: str | Path, decisions: int | None = None, *, validation: 
     from tqdm.auto import trange
 
     for epoch in trange(epochs, desc=f"junior on {len(train)} decisions", disable=not progress):
-        policy.actor.train()
-        for rows in torch.randperm(len(train), generator=gen).split(batch_size):
-            x = t[0][rows]
-            logits = _logits(policy, x + noise * torch.randn(x.shape, generator=gen) if noise else x)
-            logits = logits.masked_fill(~t[2][rows], -1e9)
-            loss = F.cross_entropy(logits, t[1][rows])
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
+        _train_epoch(policy, opt, t, goods[0], noise, batch_size, gen)
         acc = (_accuracy(policy, *t), _accuracy(policy, *v))
         history.append({"epoch": epoch + 1, "train_accuracy": round(acc[0], 4),
                         "validation_accuracy": round(acc[1], 4)})
-        score = acc[1] if len(val) else float(epoch)
+        if goods[1] is not None:
+            history[-1]["validation_near_best"] = round(_accuracy(policy, *v, goods[1]), 4)
+        score = history[-1].get("validation_near_best", acc[1]) if len(val) else float(epoch)
         if score > best:
             best, best_state = score, {k: p.detach().clone() for k, p in policy.actor.state_dict().items()}
     policy.actor.load_state_dict(best_state)
     policy._factor_cache.clear()  # noqa: SLF001 - parameters changed outside an optimiser step of the policy
-    kept = max(history, key=lambda h: h["validation_accuracy"]) if len(val) else history[-1]
+    kept = (max(history, key=lambda h: h.get("validation_near_best", h["validation_accuracy"])) if len(val)
+            else history[-1])
     fit = {"collection": str(folder), "also": [str(f) for f in also],
            "scenarios": None if scenarios is None else [int(k) for k in scenarios],
            "learnt_from": sorted({int(k) for k in (scenarios or cfg.env.train_scenarios)}
@@ -144,11 +151,47 @@ def fit_junior(folder: str | Path, decisions: int | None = None, *, validation: 
            "validation_collection": str(validation) if validation else None,
            "decisions": len(train), "validation_decisions": len(val), "episodes": episodes,
            "epochs": epochs, "batch_size": batch_size, "lr": lr, "weight_decay": weight_decay, "noise": noise,
-           "seed": seed, "kept_epoch": kept["epoch"],
+           "among": among, "tolerance": tolerance, "never_worse": never_worse, "seed": seed,
+           "kept_epoch": kept["epoch"],
            "train_accuracy": kept["train_accuracy"], "validation_accuracy": kept["validation_accuracy"],
+           "validation_near_best": kept.get("validation_near_best"),
            "tutor_do_nothing_share": round(float(np.mean(train.action == 0)), 4),
            "history": history, "seconds": round(time.perf_counter() - started, 1)}
     return Junior(policy, normalizer, cfg, meta["action_set"], fit)
+
+
+def _check_fit_arguments(epochs: int, batch_size: int, lr: float, weight_decay: float, noise: float, among: int,
+                         tolerance: float | None) -> None:
+    for name, v, low in (("epochs", epochs, 1), ("batch_size", batch_size, 1)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            raise ValueError(f"{name} = {v!r} out of range: expected an integer >= {low}")
+    if not 0 < lr <= 1:
+        raise ValueError(f"lr = {lr!r} out of range: expected (0, 1]")
+    for name, v in (("weight_decay", weight_decay), ("noise", noise)):
+        if not 0 <= v <= 10:
+            raise ValueError(f"{name} = {v!r} out of range: expected [0, 10]")
+    if among != 0 and not 2 <= among <= 1000:
+        raise ValueError(f"among = {among!r} out of range: expected 0 or [2, 1000]")
+    if tolerance is not None and not 0 <= tolerance <= 10:
+        raise ValueError(f"tolerance = {tolerance!r} out of range: expected [0, 10] (max rho)")
+
+
+def _train_epoch(policy: SACPolicy, opt: torch.optim.Optimizer, t: tuple[torch.Tensor, ...],
+                 good: torch.Tensor | None, noise: float, batch_size: int, gen: torch.Generator) -> None:
+    """One pass over the training decisions ``t`` (features, tutor's action, legal mask) in random batches: the
+    cross-entropy of the tutor's choice, or with ``good`` (near-best actions) minus the log of their probability."""
+    policy.actor.train()
+    for rows in torch.randperm(len(t[0]), generator=gen).split(batch_size):
+        x = t[0][rows]
+        logits = _logits(policy, x + noise * torch.randn(x.shape, generator=gen) if noise else x)
+        logits = logits.masked_fill(~t[2][rows], -1e9)
+        if good is None:
+            loss = F.cross_entropy(logits, t[1][rows])
+        else:  # partial labels: any near-best candidate is right
+            loss = (logits.logsumexp(1) - logits.masked_fill(~good[rows], -1e9).logsumexp(1)).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
 
 
 def _split(folder: str | Path, decisions: int | None, validation: str | Path | None, also: Sequence[str | Path],
@@ -162,20 +205,20 @@ def _split(folder: str | Path, decisions: int | None, validation: str | Path | N
     if validation is not None:
         train, val = load_decisions(folder, decisions if on is None else None), load_decisions(validation)
         if on is not None:
-            train = _first(_rows(train, on(train.episode)), decisions, folder)
+            train = _first(train.rows(on(train.episode)), decisions, folder)
     else:
         # The same held-out episodes whatever ``decisions``: juniors of different sizes are compared on one set.
         data = load_decisions(folder)
         if on is not None:
-            data = _rows(data, on(data.episode))
+            data = data.rows(on(data.episode))
         held = data.episode % HOLDOUT_EVERY == HOLDOUT_EVERY - 1
-        train, val = _rows(data, ~held), _rows(data, held)
+        train, val = data.rows(~held), data.rows(held)
         train = _first(train, decisions, folder)
     episodes = int(np.unique(train.episode).size)
     if also:
         extra = [load_decisions(f) for f in also]
         episodes += sum(int(np.unique(d.episode).size) for d in extra)  # each collection numbers its own from 0
-        train = Decisions(*(np.concatenate(cols) for cols in zip(train, *extra, strict=True)))
+        train = concatenate([train, *extra])
     return train, val, episodes
 
 
@@ -186,7 +229,7 @@ def _first(train: Decisions, decisions: int | None, folder: str | Path) -> Decis
     if decisions > len(train):
         raise ValueError(f"decisions = {decisions} out of range: {folder} holds {len(train)} decisions to train on "
                          f"(outside held-out episodes, on the chosen scenarios); expected [1, {len(train)}]")
-    return _rows(train, np.arange(len(train)) < decisions)
+    return train.rows(np.arange(len(train)) < decisions)
 
 
 def _on_scenarios(folder: str | Path, scenarios: Sequence[int]) -> Any:
@@ -231,13 +274,13 @@ def junior_hits(junior: Junior, d: Decisions) -> np.ndarray:
     return junior_choices(junior.policy, junior.normalizer, d) == d.action
 
 
-def _rows(d: Decisions, keep: np.ndarray) -> Decisions:
-    return Decisions(*(col[keep] for col in d))
-
-
 def _tensors(d: Decisions, normalizer: RunningNormalizer) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     x = normalizer(d.obs) if len(d) else np.zeros((0, normalizer.dim), np.float32)
     return torch.from_numpy(x), torch.from_numpy(d.action), torch.from_numpy(d.mask)
+
+
+_ACTION_FEATURES: dict[tuple[str, str], np.ndarray] = {}
+"""Action features by grid and action set, made once per process (a grid takes up to a minute to load)."""
 
 
 def action_features(cfg: Config, action_set: list[int] | None) -> np.ndarray:
@@ -246,11 +289,14 @@ def action_features(cfg: Config, action_set: list[int] | None) -> np.ndarray:
     from ace_hybrid.grid.catalog import ActionCatalog
     from ace_hybrid.grid.env import make_config_env
 
-    env = make_config_env(cfg)
-    try:
-        return ActionSet(ActionCatalog.for_env(env), action_set).features()
-    finally:
-        env.close()
+    key = (f"{cfg.env.name}|{cfg.env.data}", json.dumps(action_set))  # the catalog is the grid's alone
+    if key not in _ACTION_FEATURES:
+        env = make_config_env(cfg)
+        try:
+            _ACTION_FEATURES[key] = ActionSet(ActionCatalog.for_env(env), action_set).features()
+        finally:
+            env.close()
+    return _ACTION_FEATURES[key].copy()
 
 
 def save_junior(path: str | Path, junior: Junior) -> Path:

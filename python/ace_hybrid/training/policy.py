@@ -27,9 +27,10 @@ class SACAgent(PolicyAgent):
     name = "sac"
 
     def __init__(self, env: Any, sac: SACPolicy | PolicyEnsemble, actions: ActionSet, features: ObservationFeatures,
-                 normalizer: RunningNormalizer, threshold: float, topk: int = 0, shortlist: int = 0) -> None:
+                 normalizer: RunningNormalizer, threshold: float, topk: int = 0, shortlist: int = 0,
+                 among: int = 0) -> None:
         super().__init__(env.action_space, actions, features, normalizer, threshold, topk, policy=sac,
-                         shortlist=shortlist)
+                         shortlist=shortlist, among=among)
         self.sac = sac
 
     def policy_probs(self, x: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -40,17 +41,18 @@ class SACAgent(PolicyAgent):
 
 
 def agent_of(run: Run, env: Any) -> SACAgent:
-    """The run's current policy acting in ``env`` (``env.deploy_topk`` and ``env.deploy_shortlist`` as
-    configured)."""
+    """The run's current policy acting in ``env`` (``env.deploy_topk``, ``env.deploy_shortlist`` and
+    ``env.deploy_among`` as configured)."""
     return SACAgent(env, run.sac, run.actions, run.features, run.normalizer, run.cfg.env.threshold,
-                    run.cfg.env.deploy_topk, run.cfg.env.deploy_shortlist)
+                    *deployed_check(run.cfg, None, None))
 
 
-def load_agent(path: str | Path, env: Any, topk: int | None = None, shortlist: int | None = None) -> SACAgent:
+def load_agent(path: str | Path, env: Any, topk: int | None = None, shortlist: int | None = None,
+               among: int | None = None) -> SACAgent:
     """A trained agent from a checkpoint file or a junior file (:mod:`ace_hybrid.training.junior`; an ensemble
     file acts by its members' mean probabilities), for
-    ``ace-hybrid evaluate --agent checkpoint:PATH`` (``topk`` and
-    ``shortlist`` override the run's ``env.deploy_topk`` and ``env.deploy_shortlist``; see
+    ``ace-hybrid evaluate --agent checkpoint:PATH`` (``topk``, ``shortlist`` and ``among`` override the run's
+    ``env.deploy_topk``, ``env.deploy_shortlist`` and ``env.deploy_among``; see
     :func:`~ace_hybrid.grid.agents.deployed_check`)."""
     from ace_hybrid.training.junior_file import actor_policies, checked_junior, is_junior
 
@@ -70,5 +72,6 @@ def load_agent(path: str | Path, env: Any, topk: int | None = None, shortlist: i
         sac.load_state_dict(state["sac"])
     normalizer = RunningNormalizer(features.dim)
     normalizer.load_state_dict(state["normalizer"])
-    return SACAgent(env, sac, actions, features, normalizer, cfg.env.threshold, *deployed_check(cfg, topk, shortlist))
+    return SACAgent(env, sac, actions, features, normalizer, cfg.env.threshold,
+                    *deployed_check(cfg, topk, shortlist, among))
 

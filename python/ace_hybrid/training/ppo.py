@@ -149,10 +149,11 @@ class MaskablePPOAgent(PolicyAgent):
             return dist.distribution.probs[0].cpu().numpy()
 
 
-def load_ppo_agent(run_dir: str | Path, env: Any, topk: int | None = None,
-                   shortlist: int | None = None) -> MaskablePPOAgent:
-    """The MaskablePPO agent of a finished run directory acting in ``env`` (``topk``, ``shortlist`` None: the run's
-    own ``env.deploy_topk``, ``env.deploy_shortlist``), for ``make_agent("maskable-ppo:RUN_DIR", ...)``."""
+def load_ppo_agent(run_dir: str | Path, env: Any, topk: int | None = None, shortlist: int | None = None,
+                   among: int | None = None) -> MaskablePPOAgent:
+    """The MaskablePPO agent of a finished run directory acting in ``env`` (``topk``, ``shortlist``, ``among`` None:
+    the run's own ``env.deploy_topk``, ``env.deploy_shortlist``, ``env.deploy_among``), for
+    ``make_agent("maskable-ppo:RUN_DIR", ...)``."""
     from sb3_contrib import MaskablePPO
 
     state = read_state(run_dir)
@@ -162,6 +163,6 @@ def load_ppo_agent(run_dir: str | Path, env: Any, topk: int | None = None,
     features = ObservationFeatures(env)
     normalizer = RunningNormalizer(features.dim)
     normalizer.load_state_dict(state["normalizer"])  # mean and m2 as lists: it makes arrays of them
-    topk, shortlist = deployed_check(cfg, topk, shortlist)
+    topk, shortlist, among = deployed_check(cfg, topk, shortlist, among)
     return MaskablePPOAgent(env.action_space, actions, features, normalizer, cfg.env.threshold, topk, policy=model,
-                            shortlist=shortlist)
+                            shortlist=shortlist, among=among)

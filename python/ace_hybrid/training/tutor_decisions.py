@@ -39,11 +39,13 @@ from ace_hybrid.processes import start_child
 from ace_hybrid.training.dealer import Grant
 from ace_hybrid.training.rollout import PolicyWeights, RolloutWorker, WorkerSpec, episode_of
 
-__all__ = ["DECISIONS_FORMAT", "Decisions", "collect_decisions", "load_decisions", "read_meta"]
+__all__ = ["DECISIONS_FORMAT", "Decisions", "collect_decisions", "concatenate", "load_decisions", "read_meta"]
 
 DECISIONS_FORMAT = 1
 _META = "tutor.json"
 _COLUMNS = ("obs", "action", "reward", "next_obs", "done", "truncated", "decision", "mask", "step")
+_KEPT_SINCE = ("candidates", "candidate_rho")
+"""Columns of later collections only (0.x: the tutor's candidates and their simulated max rho)."""
 
 
 class Decisions(NamedTuple):
@@ -65,9 +67,66 @@ class Decisions(NamedTuple):
     truncated: np.ndarray
     decision: np.ndarray
     """(N,) int64 the index of the decision within its episode."""
+    candidates: np.ndarray | None = None
+    """(N, budget) int64 the tutor's simulated candidates (do nothing first, then its shortlist; -1 pads a shorter
+    shortlist); None for a collection made before they were kept."""
+    candidate_rho: np.ndarray | None = None
+    """(N, budget) float32 each candidate's simulated max rho (+inf: failed, illegal or game over; NaN pads)."""
 
     def __len__(self) -> int:
         return int(self.action.shape[0])
+
+    def rows(self, keep: np.ndarray) -> Decisions:
+        """The decisions ``keep`` (a bool mask or indices) selects."""
+        return Decisions(*(None if col is None else col[keep] for col in self))
+
+    def among(self, k: int) -> Decisions:
+        """These decisions with each legal mask kept to do nothing and the first ``k - 1`` of the tutor's shortlist:
+        the choices of a policy deployed with ``env.deploy_among = k``."""
+        cands = self._candidates("among", k)[:, :k]
+        keep = np.zeros_like(self.mask)
+        rows = np.repeat(np.arange(len(self)), cands.shape[1])
+        at = cands.reshape(-1)
+        keep[rows[at >= 0], at[at >= 0]] = True
+        return self.with_mask(self.mask & keep)
+
+    def with_mask(self, mask: np.ndarray) -> Decisions:
+        """These decisions with another legal mask (``_replace`` trips over ``__len__``, the number of decisions)."""
+        return Decisions(*(mask if name == "mask" else col for name, col in zip(self._fields, self, strict=True)))
+
+    def near_best(self, tolerance: float | None, never_worse: bool = False) -> np.ndarray:
+        """(N, n) bool: the actions as good as the tutor's choice -- the candidates whose simulated max rho is within
+        ``tolerance`` of the best (the tutor's own choice always), with ``never_worse`` only those no worse than
+        doing nothing's (as the tutor never is); None: the tutor's choice alone."""
+        good = np.zeros_like(self.mask)
+        good[np.arange(len(self)), self.action] = True
+        if tolerance is None:
+            return good
+        cands = self._candidates("tolerance", tolerance)
+        rho = np.where(cands >= 0, self.candidate_rho, np.inf)
+        best = rho.min(1, keepdims=True)
+        close = (rho <= best + tolerance) & np.isfinite(rho) & (cands >= 0)
+        if never_worse:
+            close &= rho <= rho[:, :1]  # column 0 is do nothing
+        rows = np.repeat(np.arange(len(self)), cands.shape[1]).reshape(cands.shape)
+        good[rows[close], cands[close]] = True
+        return good & self.mask
+
+    def _candidates(self, name: str, value: float) -> np.ndarray:
+        if self.candidates is None or self.candidate_rho is None:
+            raise ValueError(f"{name} = {value}: these decisions do not keep the tutor's candidates (collected before "
+                             "they were kept): collect them again")
+        return self.candidates
+
+
+def concatenate(parts: list[Decisions]) -> Decisions:
+    """The decisions of ``parts`` one after the other; a column some part lacks (or of another width) is None."""
+    def joined(cols: tuple[np.ndarray | None, ...]) -> np.ndarray | None:
+        if any(c is None for c in cols) or len({c.shape[1:] for c in cols}) > 1:  # type: ignore[union-attr]
+            return None
+        return np.concatenate(cols)  # type: ignore[arg-type]
+
+    return Decisions(*(joined(cols) for cols in zip(*parts, strict=True)))
 
 
 def read_meta(folder: str | Path) -> dict[str, Any]:
@@ -274,12 +333,19 @@ class _RecordingTutor:
         self.masks: list[np.ndarray] = []
         self.steps: list[int] = []
         self.labels: list[int] = []
+        self.candidates: list[np.ndarray] = []
+        self.rhos: list[np.ndarray] = []
 
     def choose(self, obs: Any) -> int:
         mask = self.actions.legal_mask(obs)
         self.masks.append(mask)
         self.steps.append(int(obs.current_step))
-        self.labels.append(int(self.tutor.choose(obs)))
+        candidates, rhos = self.tutor.simulated(obs)
+        width = self.tutor.budget
+        self.candidates.append(np.pad(np.asarray(candidates, np.int64), (0, width - len(candidates)),
+                                      constant_values=-1))
+        self.rhos.append(np.pad(np.asarray(rhos, np.float32), (0, width - len(rhos)), constant_values=np.nan))
+        self.labels.append(candidates[int(np.argmin(rhos))])  # the tutor's own choice (GreedyExpertAgent.choose)
         if self.driver is None:
             return self.labels[-1]
         d = self.driver
@@ -325,6 +391,8 @@ def _play(folder: str, k: int) -> int:
         "decision": np.asarray([p.decision for p in rows], np.int64),
         "mask": np.asarray(tutor.masks, bool).reshape(n, len(worker.actions)),
         "step": np.asarray(tutor.steps, np.int64),
+        "candidates": np.asarray(tutor.candidates, np.int64).reshape(n, tutor.tutor.budget),
+        "candidate_rho": np.asarray(tutor.rhos, np.float32).reshape(n, tutor.tutor.budget),
     }
     if tutor.driver is not None:
         cols["executed"] = np.asarray([p.action for p in rows], np.int64)
@@ -345,20 +413,22 @@ def load_decisions(folder: str | Path, limit: int | None = None) -> Decisions:
     if limit is not None and not 1 <= limit <= total:
         raise ValueError(f"limit = {limit} out of range: {folder} holds {total} decisions in episodes "
                          f"{first}-{first + episodes - 1}; expected [1, {total}] (collect more with --decisions)")
-    parts: dict[str, list[np.ndarray]] = {c: [] for c in (*_COLUMNS, "episode")}
+    parts: dict[str, list[np.ndarray]] = {c: [] for c in (*_COLUMNS, *_KEPT_SINCE, "episode")}
     have = 0
     for k in range(first, first + episodes):
         if limit is not None and have >= limit:
             break
         with np.load(_episode_path(folder, k)) as z:
-            for c in _COLUMNS:
+            for c in (*_COLUMNS, *(c for c in _KEPT_SINCE if c in z.files)):
                 parts[c].append(z[c])
             parts["episode"].append(np.full(z["action"].shape[0], k, np.int64))
             have += int(z["action"].shape[0])
-    cols = {c: np.concatenate(v)[:limit] for c, v in parts.items()}
+    # Columns some episodes lack (collected before they were kept) are None for the whole collection.
+    cols = {c: np.concatenate(v)[:limit] if len(v) == len(parts["episode"]) else None for c, v in parts.items()}
     return Decisions(obs=cols["obs"], action=cols["action"], mask=cols["mask"], episode=cols["episode"],
                      step=cols["step"], reward=cols["reward"], next_obs=cols["next_obs"], done=cols["done"],
-                     truncated=cols["truncated"], decision=cols["decision"])
+                     truncated=cols["truncated"], decision=cols["decision"], candidates=cols["candidates"],
+                     candidate_rho=cols["candidate_rho"])
 
 
 def config_of(folder: str | Path) -> Config:
