@@ -506,12 +506,14 @@ def test_a_junior_learns_among_the_candidates_and_counts_near_ties_right(collect
         fit_junior(folder, never_worse=True, progress=False)
     restricted = d.among(3)
     assert (restricted.mask.sum(1) == 3).all() and not restricted.mask[:, 6].any()  # the 4th is cut
-    fitted = fit_junior(folder, among=3, tolerance=0.001, epochs=40, lr=3e-3, progress=False)
+    fitted = fit_junior(folder, among=4, tolerance=0.001, epochs=40, lr=3e-3, progress=False)
     kept = fitted.fit["history"][fitted.fit["kept_epoch"] - 1]
-    assert fitted.fit["among"] == 3 and fitted.fit["tolerance"] == 0.001
+    assert fitted.fit["among"] == 4 and fitted.fit["tolerance"] == 0.001
     assert kept["validation_near_best"] >= 0.9 > kept["validation_accuracy"]  # the coin between twins is not learnt
     assert kept["validation_near_best"] == max(h["validation_near_best"] for h in fitted.fit["history"])
     assert fitted.fit["validation_near_best"] == kept["validation_near_best"]
+    with pytest.raises(ValueError, match=r"among = 3 out of range: the tutor chose among 4 candidates"):
+        fit_junior(folder, among=3, progress=False)
     with pytest.raises(ValueError, match=r"among = 1 out of range: expected 0 or \[2, 1000\]"):
         fit_junior(folder, among=1, progress=False)
     with pytest.raises(ValueError, match=r"tolerance = -0.1 out of range"):

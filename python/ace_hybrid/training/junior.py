@@ -108,13 +108,15 @@ def fit_junior(folder: str | Path, decisions: int | None = None, *, validation: 
     ValueError
         An argument out of range (naming it), or a validation or ``also`` collection over another action set.
     """
-    _check_fit_arguments(epochs, batch_size, lr, weight_decay, noise, among, tolerance)
+    _check_fit_arguments(epochs, batch_size, lr, weight_decay, noise, among, tolerance, never_worse)
     meta, cfg = read_meta(folder), config_of(folder)
     train, val, episodes = _split(folder, decisions, validation, also, scenarios)
     if among:
         train, val = train.among(among), val.among(among)
-    if never_worse and tolerance is None:
-        raise ValueError("never_worse = True needs a tolerance: without one only the tutor's choice is right")
+        if train.candidates is not None and among < train.candidates.shape[1]:
+            raise ValueError(f"among = {among} out of range: the tutor chose among {train.candidates.shape[1]} "
+                             f"candidates, its choice would fall outside the first {among}; expected >= "
+                             f"{train.candidates.shape[1]}")
     goods = ([torch.from_numpy(d.near_best(tolerance, never_worse)) for d in (train, val)] if tolerance is not None
              else [None] * 2)
     normalizer = RunningNormalizer(train.obs.shape[1])
@@ -161,7 +163,7 @@ def fit_junior(folder: str | Path, decisions: int | None = None, *, validation: 
 
 
 def _check_fit_arguments(epochs: int, batch_size: int, lr: float, weight_decay: float, noise: float, among: int,
-                         tolerance: float | None) -> None:
+                         tolerance: float | None, never_worse: bool) -> None:
     for name, v, low in (("epochs", epochs, 1), ("batch_size", batch_size, 1)):
         if isinstance(v, bool) or not isinstance(v, int) or v < low:
             raise ValueError(f"{name} = {v!r} out of range: expected an integer >= {low}")
@@ -174,6 +176,8 @@ def _check_fit_arguments(epochs: int, batch_size: int, lr: float, weight_decay: 
         raise ValueError(f"among = {among!r} out of range: expected 0 or [2, 1000]")
     if tolerance is not None and not 0 <= tolerance <= 10:
         raise ValueError(f"tolerance = {tolerance!r} out of range: expected [0, 10] (max rho)")
+    if never_worse and tolerance is None:
+        raise ValueError("never_worse = True needs a tolerance: without one only the tutor's choice is right")
 
 
 def _train_epoch(policy: SACPolicy, opt: torch.optim.Optimizer, t: tuple[torch.Tensor, ...],
