@@ -504,6 +504,15 @@ def test_a_junior_learns_among_the_candidates_and_counts_near_ties_right(collect
     assert (safe.sum(1) == 2).all() and safe[:, 0].all() and safe[np.arange(len(d)), d.action].all()
     with pytest.raises(ValueError, match="never_worse = True needs a tolerance"):
         fit_junior(folder, never_worse=True, progress=False)
+    # Beside a collection made before candidates were kept, the candidates are gone (and `among` says so).
+    from ace_hybrid.training.tutor_decisions import concatenate
+
+    _scripted_collection(collection, tmp_path / "older")
+    both = concatenate([d, load_decisions(tmp_path / "older")])
+    assert both.candidates is None and both.mask.shape == (2 * len(d), d.mask.shape[1])
+    assert concatenate([d, d]).candidates.shape == (2 * len(d), 4)
+    with pytest.raises(ValueError, match="among = 4: these decisions do not keep the tutor's candidates"):
+        fit_junior(folder, also=[tmp_path / "older"], among=4, progress=False)
     restricted = d.among(3)
     assert (restricted.mask.sum(1) == 3).all() and not restricted.mask[:, 6].any()  # the 4th is cut
     fitted = fit_junior(folder, among=4, tolerance=0.001, epochs=40, lr=3e-3, progress=False)
