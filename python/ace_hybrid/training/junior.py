@@ -112,11 +112,7 @@ def fit_junior(folder: str | Path, decisions: int | None = None, *, validation: 
     meta, cfg = read_meta(folder), config_of(folder)
     train, val, episodes = _split(folder, decisions, validation, also, scenarios)
     if among:
-        train, val = train.among(among), val.among(among)
-        if train.candidates is not None and among < train.candidates.shape[1]:
-            raise ValueError(f"among = {among} out of range: the tutor chose among {train.candidates.shape[1]} "
-                             f"candidates, its choice would fall outside the first {among}; expected >= "
-                             f"{train.candidates.shape[1]}")
+        train, val = _among(train, among), _among(val, among)
     goods = ([torch.from_numpy(d.near_best(tolerance, never_worse)) for d in (train, val)] if tolerance is not None
              else [None] * 2)
     normalizer = RunningNormalizer(train.obs.shape[1])
@@ -160,6 +156,16 @@ def fit_junior(folder: str | Path, decisions: int | None = None, *, validation: 
            "tutor_do_nothing_share": round(float(np.mean(train.action == 0)), 4),
            "history": history, "seconds": round(time.perf_counter() - started, 1)}
     return Junior(policy, normalizer, cfg, meta["action_set"], fit)
+
+
+def _among(d: Decisions, k: int) -> Decisions:
+    """``d`` among the tutor's first ``k`` candidates; ``ValueError`` when it had more (its choice may be outside)."""
+    d = d.among(k)
+    width = d.candidates.shape[1]  # type: ignore[union-attr]  # among() refuses decisions without candidates
+    if k < width:
+        raise ValueError(f"among = {k} out of range: the tutor chose among {width} candidates, its choice would fall "
+                         f"outside the first {k}; expected >= {width}")
+    return d
 
 
 def _check_fit_arguments(epochs: int, batch_size: int, lr: float, weight_decay: float, noise: float, among: int,
