@@ -521,12 +521,11 @@ def test_a_junior_learns_among_the_candidates_and_counts_near_ties_right(collect
     assert kept["validation_near_best"] >= 0.9 > kept["validation_accuracy"]  # the coin between twins is not learnt
     assert kept["validation_near_best"] == max(h["validation_near_best"] for h in fitted.fit["history"])
     assert fitted.fit["validation_near_best"] == kept["validation_near_best"]
-    with pytest.raises(ValueError, match=r"among = 3 out of range: the tutor chose among 4 candidates"):
-        fit_junior(folder, among=3, progress=False)
-    with pytest.raises(ValueError, match=r"among = 1 out of range: expected 0 or \[2, 1000\]"):
-        fit_junior(folder, among=1, progress=False)
-    with pytest.raises(ValueError, match=r"tolerance = -0.1 out of range"):
-        fit_junior(folder, tolerance=-0.1, progress=False)
+    for bad, message in (({"among": 3}, r"among = 3 out of range: the tutor chose among 4 candidates"),
+                         ({"among": 1}, r"among = 1 out of range: expected 0 or \[2, 1000\]"),
+                         ({"tolerance": -0.1}, r"tolerance = -0.1 out of range")):
+        with pytest.raises(ValueError, match=message):
+            fit_junior(folder, progress=False, **bad)
     path = save_junior(tmp_path / "among.pt", fitted)
     tool = Path(__file__).resolve().parents[1] / "tools" / "junior_errors.py"
     out = subprocess.run([sys.executable, str(tool), str(folder), str(path), "--among", "3"], capture_output=True,
