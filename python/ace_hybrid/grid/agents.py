@@ -134,8 +134,12 @@ class GreedyExpertAgent(RuleAgent):
 
     def choose(self, observation: Any) -> int:
         """The catalog index of the best simulated candidate (0, do nothing, unless one beats it)."""
-        candidates, rhos = self.simulated(observation)
-        return candidates[int(np.argmin(rhos))]  # the first of the lowest: do nothing wins ties
+        return self.best(*self.simulated(observation))
+
+    @staticmethod
+    def best(candidates: list[int], rhos: list[float]) -> int:
+        """The candidate of the lowest simulated max rho, the first of equals: do nothing wins ties."""
+        return candidates[int(np.argmin(rhos))]
 
     def simulated(self, observation: Any) -> tuple[list[int], list[float]]:
         """The candidates (do nothing, then the heuristic shortlist of ``budget - 1``) and each one's simulated max
@@ -263,10 +267,12 @@ class PolicyAgent(RuleAgent):
 
 
 def among_mask(mask: np.ndarray, candidates: Any) -> np.ndarray:
-    """``mask`` kept at ``candidates`` only (indices; negative ones, padding, are skipped)."""
+    """``mask`` kept at ``candidates`` only (indices; negative ones, padding, are skipped): one state's (n,) mask
+    and (k,) candidates, or a batch's (N, n) and (N, k)."""
     keep = np.zeros_like(mask)
     chosen = np.asarray(candidates, np.int64)
-    keep[chosen[chosen >= 0]] = True
+    listed = chosen >= 0
+    keep[(*np.nonzero(listed)[:-1], chosen[listed])] = True  # the row of each candidate, if batched, and its index
     return mask & keep
 
 

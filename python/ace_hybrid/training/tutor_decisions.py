@@ -83,12 +83,9 @@ class Decisions(NamedTuple):
     def among(self, k: int) -> Decisions:
         """These decisions with each legal mask kept to do nothing and the first ``k - 1`` of the tutor's shortlist:
         the choices of a policy deployed with ``env.deploy_among = k``."""
-        cands = self._candidates("among", k)[:, :k]
-        keep = np.zeros_like(self.mask)
-        rows = np.repeat(np.arange(len(self)), cands.shape[1])
-        at = cands.reshape(-1)
-        keep[rows[at >= 0], at[at >= 0]] = True
-        return self.with_mask(self.mask & keep)
+        from ace_hybrid.grid.agents import among_mask
+
+        return self.with_mask(among_mask(self.mask, self._candidates("among", k)[:, :k]))
 
     def with_mask(self, mask: np.ndarray) -> Decisions:
         """These decisions with another legal mask (``_replace`` trips over ``__len__``, the number of decisions)."""
@@ -345,7 +342,7 @@ class _RecordingTutor:
         self.candidates.append(np.pad(np.asarray(candidates, np.int64), (0, width - len(candidates)),
                                       constant_values=-1))
         self.rhos.append(np.pad(np.asarray(rhos, np.float32), (0, width - len(rhos)), constant_values=np.nan))
-        self.labels.append(candidates[int(np.argmin(rhos))])  # the tutor's own choice (GreedyExpertAgent.choose)
+        self.labels.append(self.tutor.best(candidates, rhos))
         if self.driver is None:
             return self.labels[-1]
         d = self.driver
