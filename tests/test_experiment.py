@@ -534,6 +534,32 @@ def test_deploy_shortlist_adds_a_row_per_check_and_fails_naming_the_row(tmp_path
                      r"deploy_shortlist \(row 'SAC'\) needs a top-k check")
 
 
+def test_deploy_among_adds_the_policy_alone_among_k_and_fails_naming_the_row(tmp_path: Path) -> None:
+    path = write_experiment(tmp_path / "ok.toml", rows='[[rows]]\nname = "SAC (scratch)"\nid = "sac"\n'
+                                                      'kind = "sac-only"\ndeploy_topk = [0, 4]\ndeploy_among = [8, 3]\n')
+    spec = ex.load_experiment(path)
+    assert [(r.id, r.name, r.topk, r.among, r.train_id) for r in spec.rows] == [
+        ("sac-alone", "SAC (scratch, policy alone)", 0, None, "sac"),
+        ("sac-among8", "SAC (scratch, policy alone, among 8)", 0, 8, "sac"),
+        ("sac-among3", "SAC (scratch, policy alone, among 3)", 0, 3, "sac"),
+        ("sac-top4", "SAC (scratch) + top-4 check", 4, None, "sac")]
+    alone, among = spec.rows[:2]
+    cfg = spec.row_config(alone, 0)
+    assert ex.cells.fingerprint(spec, alone, cfg) != ex.cells.fingerprint(spec, among, cfg)
+    assert ex.cells.training_fingerprint(cfg) == ex.cells.training_fingerprint(spec.row_config(among, 0))  # one run
+    for bad, message in (("[1]", r"deploy_among = \[1\] \(row 'SAC'\) must be a non-empty list of distinct integers "
+                                 r"in \[2, 1000\]"), ("[8, 8]", r"deploy_among = \[8, 8\]"), ("8", r"deploy_among = 8")):
+        _refuses_sac_row(tmp_path, f"deploy_topk = [0, 4]\ndeploy_among = {bad}", message)
+    _refuses_sac_row(tmp_path, "deploy_topk = [4]\ndeploy_among = [8]",
+                     r"deploy_among \(row 'SAC'\) restricts the policy alone: give deploy_topk with a 0")
+    _refuses_sac_row(tmp_path, "deploy_among = [8]", r"deploy_among \(row 'SAC'\) restricts the policy alone")
+    made = ex.comparisons_to_make([{"id": r.id, "kind": r.kind, "train_id": r.train_id, "deploy_topk": r.topk,
+                                    "deploy_among": r.among, "budget": None} for r in spec.rows])
+    assert [(a, b) for a, b, why in made if why == "the restriction's share"] == [("sac-among8", "sac-alone"),
+                                                                                 ("sac-among3", "sac-alone")]
+    assert ("sac-top4", "sac-alone", "the top-k check's share") in made
+
+
 def _refuses_sac_row(tmp_path: Path, keys: str, message: str) -> None:
     """A file whose one row, "SAC" (sac-only), has these extra keys fails to load with ``message``."""
     path = write_experiment(tmp_path / "bad.toml", rows=f'[[rows]]\nname = "SAC"\nkind = "sac-only"\n{keys}\n')
@@ -691,6 +717,23 @@ def test_a_difference_that_flips_with_the_pair_does_not_separate() -> None:
     c = ex.paired_difference(ex.Resample.draw([0, 1], 16), synthetic_row("a", a, [0, 1]),
                              synthetic_row("b", b, [0, 1]))
     assert c["difference"] == 0.0 and c["lo"] < 0 < c["hi"] and not c["separated"]
+
+
+def test_a_difference_shared_within_weeks_is_wider_when_weeks_are_resampled_whole() -> None:
+    # 4 weeks x 4 seeds: A is 40 points ahead on weeks 0-1 and 30 behind on weeks 2-3, the same on every seed.
+    # Resampling pairs treats the 16 as independent; resampling weeks sees only 4 draws of the difference.
+    weeks = [w for _ in range(4) for w in range(4)]
+    a = [[60 if w < 2 else 20 for w in weeks]]
+    b = [[20 if w < 2 else 50 for w in weeks]]
+    by_pair = ex.paired_difference(ex.Resample.draw([], 16), synthetic_row("a", a, [None]),
+                                   synthetic_row("b", b, [None]))
+    clustered = ex.Resample.draw([], 16, clusters=weeks)
+    assert (clustered.pair_counts.reshape(-1, 4, 4) == clustered.pair_counts[:, None, :4]).all()  # a week whole
+    by_week = ex.paired_difference(clustered, synthetic_row("a", a, [None]), synthetic_row("b", b, [None]))
+    assert by_week["difference"] == by_pair["difference"] == pytest.approx(0.05)
+    assert by_week["hi"] - by_week["lo"] > 1.5 * (by_pair["hi"] - by_pair["lo"])
+    with pytest.raises(ValueError, match="3 cluster labels for 16 test pairs"):
+        ex.Resample.draw([], 16, clusters=[0, 1, 2])
 
 
 def test_pair_level_interval_matches_the_binomial_quantiles() -> None:
@@ -899,6 +942,11 @@ def test_the_shipped_experiment_files_are_valid(path: Path, tmp_path: Path, monk
     assert all(row.topk in (0, 7) for row in spec.rows if row.trains) and spec.greedy_budget >= 3 * 8
     if path.stem == "coevolution_loop":
         _check_coevolution_loop(spec)
+        return
+    if path.stem == "weeks_idf_2023_all_weeks":  # the confirmation above, and ACE alone against SAC-only and PPO
+        assert {"do-nothing", "sac-only", "maskable-ppo", "ace"} <= kinds and "--share" in path.read_text()
+        assert {p.b_name for p in spec.primaries} == {"SAC-only (policy alone)",
+                                                      "MaskablePPO (sb3-contrib, policy alone)"}
         return
     assert {"sac-only", "expert-guided", "do-nothing", "ace"} <= kinds and len(spec.primaries) >= 4
     names = {r["name"] for r in read_toml(path, "experiment file")["rows"]}

@@ -157,11 +157,13 @@ def test_an_experiment_row_tests_the_junior_its_set_names(collection: Path, tmp_
 
     path = save_junior(tmp_path / "junior.pt", fit_junior(collection, epochs=2, progress=False))
     table = rows(("DoNothing", "do-nothing"),
-                 ("Junior", "junior", f'set = ["train.init_policy={path}"]', "deploy_topk = [0, 2]"))
+                 ("Junior", "junior", f'set = ["train.init_policy={path}"]', "deploy_topk = [0, 2]",
+                  "deploy_among = [3]"))
     result = run_experiment(load_experiment(experiment_file(tmp_path / "x.toml", table)), tmp_path / "out",
                             progress=False)
     cells = json.loads((tmp_path / "out" / "results.json").read_text())
-    assert {r["id"] for r in cells["rows"]} >= {"donothing", "junior-alone", "junior-top2"}
+    assert {r["id"] for r in cells["rows"]} >= {"donothing", "junior-alone", "junior-top2", "junior-among3"}
+    assert next(r for r in cells["rows"] if r["id"] == "junior-among3")["deploy_among"] == 3
     assert "Junior + top-2 check" in result["markdown"]
     import subprocess
 
@@ -178,6 +180,9 @@ def test_an_experiment_row_tests_the_junior_its_set_names(collection: Path, tmp_
                                capture_output=True, text=True, check=True).stdout.splitlines()[-1]
                 for a in ("junior-alone", "junior-alone+junior-alone"))
     assert one.split("|")[3:] == two.split("|")[3:] and "(2 pooled)" in two
+    by_week = subprocess.run([sys.executable, str(tool), str(tmp_path / "out" / "results.json"), "junior-alone",
+                              "--by-week", "donothing"], capture_output=True, text=True, check=True).stdout
+    assert "resample the " in by_week and by_week.splitlines()[-1].split("|")[3:5] == one.split("|")[3:5]
     bad = subprocess.run([sys.executable, str(tool), str(tmp_path / "out" / "results.json"), "nope", "junior-alone"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "no row nope" in bad.stderr

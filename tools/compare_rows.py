@@ -10,6 +10,9 @@ doing nothing: issue 33's 80% goal). An id ``a+b+c`` pools rows without training
 (juniors of fit seeds 0, 1, 2) into one row whose replicates are resampled as training seeds are.
 
     python tools/compare_rows.py runs/weeks_idf_2023/results.json --share junior-a+junior-b tutor-8 donothing
+
+``--by-week`` resamples whole scenarios (weeks) instead of test pairs: the interval to use when several seeds play
+each week, since episodes of one week share its hours.
 """
 
 from __future__ import annotations
@@ -30,7 +33,9 @@ def main() -> None:
     parser.add_argument("ids", nargs="*", help="row ids, two at a time: A B [A B ...]")
     parser.add_argument("--share", nargs=3, action="append", default=[], metavar=("A", "B", "BASE"),
                         help="the share of B's gain over BASE that A keeps (repeatable)")
-    args = parser.parse_args()
+    parser.add_argument("--by-week", action="store_true",
+                        help="resample whole scenarios (weeks), not test pairs: pairs of one week are not independent")
+    args = parser.parse_intermixed_args()  # options may come between the row ids
     if len(args.ids) % 2 or not (args.ids or args.share):
         parser.error(f"row ids come two at a time (A B), or --share A B BASE; got {len(args.ids)} ids")
     results = json.loads(args.results.read_text())
@@ -48,7 +53,11 @@ def main() -> None:
     if pooled and any(rows[i]["seeds"] != [None] for i in named if "+" not in i):
         parser.error("a pooled row is compared with rows without training seeds only (its replicates are the seeds)")
     seeds = list(range(pooled)) if pooled else results["seeds"]  # the same pair draws either way (drawn first)
-    resample = Resample.draw(seeds, len(results["pairs"]), BOOTSTRAP_DRAWS, BOOTSTRAP_SEED)
+    weeks = [scenario for scenario, _ in results["pairs"]] if args.by_week else None
+    resample = Resample.draw(seeds, len(results["pairs"]), BOOTSTRAP_DRAWS, BOOTSTRAP_SEED, clusters=weeks)
+    if args.by_week:
+        print(f"Intervals resample the {len(set(weeks))} weeks (scenarios) whole, each with its pairs "
+              f"({len(weeks)} pairs in all).")
     if args.ids:
         print("| A | B | survival A | survival B | A − B, points [95% CI] |\n|:---|:---|---:|---:|---:|")
     for a, b in zip(args.ids[::2], args.ids[1::2]):

@@ -81,6 +81,8 @@ def fingerprint(spec: ExperimentSpec, row: RowSpec, cfg: Config) -> str:
         what["deploy_topk"] = row.topk
     if row.shortlist:
         what["deploy_shortlist"] = row.shortlist  # added only when on: cells of the plain check stay valid
+    if row.among:
+        what["deploy_among"] = row.among  # likewise
     if row.budget is not None:
         what["budget"] = row.budget
     if row.ppo is not None:
@@ -107,17 +109,20 @@ def tutor_agent(env: Any, cfg: Config) -> Any:
 
 
 def baseline_agent(kind: str, env: Any, cfg: Config, greedy_budget: int, topk: int | None = None,
-                   shortlist: int | None = None) -> Any:
+                   shortlist: int | None = None, among: int | None = None) -> Any:
     """The agent of a baseline row, under the configuration's danger threshold (a junior alone, or with the top-k
-    check of ``topk`` and ``shortlist`` as the row's ``deploy_topk`` asks)."""
+    check of ``topk`` and ``shortlist`` as the row's ``deploy_topk`` asks, or alone among ``among`` candidates)."""
     from ace_hybrid.agents import make_agent
 
     if kind == "tutor":
         return tutor_agent(env, cfg)
     if kind == "junior":
-        # The row's own env.deploy_among (set beside train.init_policy), not the junior file's, applies alone.
+        # The row's deploy_among, else its own env.deploy_among (set beside train.init_policy), not the junior
+        # file's, applies alone.
+        if among is None:
+            among = cfg.env.deploy_among if not topk else 0
         return make_agent(f"checkpoint:{cfg.train.init_policy}", env, topk=topk or 0, cfg=cfg, shortlist=shortlist,
-                          among=cfg.env.deploy_among if not topk else 0)
+                          among=among)
     return make_agent(kind, env, budget=greedy_budget, cfg=cfg)  # the kinds of baselines are make_agent's names
 
 
@@ -198,10 +203,10 @@ def run_cell(spec: ExperimentSpec, row: RowSpec, seed: int | None, cfg: Config, 
                   else f"checkpoint:{out / run_rel / best_file(row)}")
 
         def build(env: Any) -> Any:
-            return make_agent(policy, env, topk=row.topk, cfg=cfg, shortlist=row.shortlist)
+            return make_agent(policy, env, topk=row.topk, cfg=cfg, shortlist=row.shortlist, among=row.among)
     else:
         def build(env: Any) -> Any:
-            return baseline_agent(row.kind, env, cfg, spec.greedy_budget, row.topk, row.shortlist)
+            return baseline_agent(row.kind, env, cfg, spec.greedy_budget, row.topk, row.shortlist, row.among)
     agent = build(test_env)
     report = evaluate(test_env, agent, spec.pairs, agent_name=row.name, max_steps=spec.test_max_steps or None,
                       progress=cfg.log.progress)
@@ -219,7 +224,8 @@ def run_cell(spec: ExperimentSpec, row: RowSpec, seed: int | None, cfg: Config, 
     metrics = {**episode_metrics(test["episodes"]), **_training_costs(row, cfg, train_info)}
     return {
         "cell": cell_id(row, seed), "row": row.id, "name": row.name, "kind": row.kind, "seed": seed,
-        "train_id": row.train_id, "deploy_topk": row.topk, "deploy_shortlist": row.shortlist, "budget": row.budget,
+        "train_id": row.train_id, "deploy_topk": row.topk, "deploy_shortlist": row.shortlist,
+        "deploy_among": row.among, "budget": row.budget,
         "fingerprint": fingerprint(spec, row, cfg),
         "train_fingerprint": training_fingerprint(cfg, row.ppo) if row.trains else None,
         "env": cfg.env.name, "llm_backend": cfg.llm.backend,

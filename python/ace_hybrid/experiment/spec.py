@@ -27,6 +27,7 @@ An experiment file (TOML) names the environment configuration, the held-out test
     set = ["ace.actor=false"]
     deploy_topk = [0, 8]     # training rows only: one table row per value, all from the same training
     deploy_shortlist = [0, 3]  # with deploy_topk: each check also with 3 of its k from the heuristic shortlist
+    deploy_among = [8]       # with deploy_topk 0: the policy alone also among do nothing + 7 of the shortlist
     budgets = [20000, 100000]  # replaces the file's budgets for this row ([]: none)
     ppo = { n_steps = 128 }  # maskable-ppo rows only: MaskablePPO's hyperparameters (experiment.ppo_settings)
 
@@ -54,7 +55,10 @@ difference between them is the check's share. ``deploy_shortlist = [0, 3]`` besi
 action set's heuristic shortlist (the greedy expert's, ``env.deploy_shortlist``), the other 5 the policy's; each
 value must be below every k > 0 of the row; 0 is the plain check. ``best.pt`` itself is chosen on
 ``env.eval_pairs`` with the run's own ``env.deploy_topk`` (8 by default), also for the row that tests the policy
-alone. Without ``deploy_topk`` a row is
+alone. ``deploy_among = [8]`` beside a ``deploy_topk`` holding 0 adds "NAME (policy alone, among 8)" (id
+``ID-among8``): the same ``best.pt`` playing its most likely of do nothing and the first 7 actions of the action set's
+heuristic shortlist, none simulated (``env.deploy_among``), so the restriction's share is told apart from what the
+policy learnt; each value in [2, 1000]. Without ``deploy_topk`` a row is
 tested with its run's own ``env.deploy_topk``. ``--rows ID`` keeps every row made from ``ID``; ``--rows ID-top8``
 just that one.
 
@@ -137,7 +141,7 @@ _TOP_KEYS = {"name", "description", "config", "set", "ace_set", "seeds", "test_p
 ON = ("test", "validation")
 """The pairs an experiment can test its rows on (``--on``): the held-out test pairs, or the validation pairs on which
 configurations are chosen."""
-_ROW_KEYS = {"name", "id", "kind", "set", "deploy_topk", "deploy_shortlist", "ppo", "budgets"}
+_ROW_KEYS = {"name", "id", "kind", "set", "deploy_topk", "deploy_shortlist", "deploy_among", "ppo", "budgets"}
 BUDGET_KINDS: tuple[str, ...] = ("sac-only", "expert-guided", "ace")
 """Training rows that keep a best.pt per budget (``budgets``); MaskablePPO keeps no checkpoints."""
 _ID = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
@@ -159,6 +163,9 @@ class RowSpec:
     """Top-k simulation check when testing best.pt (None: the run's own ``env.deploy_topk``)."""
     shortlist: int | None = None
     """How many of the check's k come from the heuristic shortlist (None: the run's own ``env.deploy_shortlist``)."""
+    among: int | None = None
+    """The policy alone among do nothing and the first ``among - 1`` of the heuristic shortlist (None: the run's own
+    ``env.deploy_among``)."""
     train_id: str = ""
     """Id of the training this row tests (its run directories); rows made by one ``deploy_topk`` share it."""
     train_name: str = ""
@@ -319,13 +326,16 @@ def budget_label(steps: int) -> str:
 
 
 def deployed_rows(row_id: str, name: str, kind: str, overrides: list[str], topks: Any, where: str,
-                  ppo: PPOSettings | None = None, budgets: Sequence[int] = (), shortlists: Any = None) -> list[RowSpec]:
-    """The table rows of one training row: one per budget, ``deploy_topk`` value and (for a check)
-    ``deploy_shortlist`` value, or the row itself without any."""
+                  ppo: PPOSettings | None = None, budgets: Sequence[int] = (), shortlists: Any = None,
+                  amongs: Any = None) -> list[RowSpec]:
+    """The table rows of one training row: one per budget, ``deploy_topk`` value, (for a check) ``deploy_shortlist``
+    value and (for the policy alone) ``deploy_among`` value, or the row itself without any."""
     if topks is not None:
         _check_topks(topks, kind, name, where)
     if shortlists is not None:
         _check_shortlists(shortlists, topks, name, where)
+    if amongs is not None:
+        _check_amongs(amongs, topks, name, where)
     rows = []
     for budget in sorted(budgets) or [None]:
         label = "" if budget is None else budget_label(budget)
@@ -338,6 +348,8 @@ def deployed_rows(row_id: str, name: str, kind: str, overrides: list[str], topks
         for k in topks:
             if k == 0:
                 rows.append(RowSpec(f"{rid}-alone", alone, kind, overrides, topk=0, **common))
+                rows += [RowSpec(f"{rid}-among{m}", f"{alone[:-1]}, among {m})", kind, overrides, topk=0, among=m,
+                                 **common) for m in amongs or []]
                 continue
             for m in shortlists or [None]:
                 suffix, words = (f"-s{m}", f", {m} from the shortlist") if m else ("", "")
@@ -357,6 +369,17 @@ def _check_shortlists(shortlists: Any, topks: Any, name: str, where: str) -> Non
         raise ValueError(f"{where}.deploy_shortlist = {shortlists!r} (row {name!r}) must be a non-empty list of "
                          f"distinct integers in [0, {min(checks) - 1}] (below every k of deploy_topk; 0: the plain "
                          f"check), e.g. [0, 3]")
+
+
+def _check_amongs(amongs: Any, topks: Any, name: str, where: str) -> None:
+    if 0 not in (topks or []):
+        raise ValueError(f"{where}.deploy_among (row {name!r}) restricts the policy alone: give deploy_topk with a 0 "
+                         f"(e.g. [0, 7])")
+    if (not isinstance(amongs, list) or not amongs
+            or not all(isinstance(m, int) and not isinstance(m, bool) and 2 <= m <= 1000 for m in amongs)
+            or len(set(amongs)) != len(amongs)):
+        raise ValueError(f"{where}.deploy_among = {amongs!r} (row {name!r}) must be a non-empty list of distinct "
+                         f"integers in [2, 1000] (do nothing and the first K - 1 of the shortlist), e.g. [8]")
 
 
 def _check_topks(topks: Any, kind: str, name: str, where: str) -> None:
@@ -614,7 +637,8 @@ def _file_row(raw: dict[str, Any], where: str, file_budgets: list[int]) -> list[
                          f"MaskablePPO's hyperparameters")
     ppo = PPOSettings.from_table(raw.get("ppo", {}), f"{where} (row {name!r})") if kind == "maskable-ppo" else None
     return deployed_rows(row_id, name, kind, _str_list(raw.get("set", []), f"{where}.set"), raw.get("deploy_topk"),
-                         where, ppo, _row_budgets(raw, kind, name, where, file_budgets), raw.get("deploy_shortlist"))
+                         where, ppo, _row_budgets(raw, kind, name, where, file_budgets), raw.get("deploy_shortlist"),
+                         raw.get("deploy_among"))
 
 
 def _check_held_out(spec: ExperimentSpec, row: RowSpec, cfg: Config) -> None:

@@ -60,13 +60,25 @@ class Resample:
 
     @classmethod
     def draw(cls, seeds: Sequence[int], n_pairs: int, draws: int = BOOTSTRAP_DRAWS,
-             seed: int = BOOTSTRAP_SEED) -> Resample:
+             seed: int = BOOTSTRAP_SEED, clusters: Sequence[Any] | None = None) -> Resample:
         """``draws`` resamples of ``n_pairs`` test pairs and of ``seeds``, from ``numpy.random.default_rng(seed)``
-        (pairs first, then seeds: the same arguments give the same draws)."""
+        (pairs first, then seeds: the same arguments give the same draws).
+
+        ``clusters`` (one label per pair, e.g. its scenario) resamples whole clusters instead of pairs: every pair
+        of a drawn cluster comes with it. Episodes of one week share its hours, so they are not independent, and
+        resampling them one by one would make the interval too narrow when several seeds play each week.
+        """
         if n_pairs < 1 or draws < 1:
             raise ValueError(f"n_pairs = {n_pairs}, draws = {draws}: both must be >= 1")
         rng = np.random.default_rng(seed)
-        pairs = rng.multinomial(n_pairs, np.full(n_pairs, 1.0 / n_pairs), size=draws)
+        if clusters is None:
+            pairs = rng.multinomial(n_pairs, np.full(n_pairs, 1.0 / n_pairs), size=draws)
+        else:
+            if len(clusters) != n_pairs:
+                raise ValueError(f"{len(clusters)} cluster labels for {n_pairs} test pairs: give one per pair")
+            _, inverse = np.unique(np.asarray(clusters), return_inverse=True)
+            n_clusters = int(inverse.max()) + 1
+            pairs = rng.multinomial(n_clusters, np.full(n_clusters, 1.0 / n_clusters), size=draws)[:, inverse]
         n_seeds = max(1, len(seeds))
         seed_counts = rng.multinomial(n_seeds, np.full(n_seeds, 1.0 / n_seeds), size=draws)
         return cls(tuple(int(s) for s in seeds), pairs, seed_counts[:, : len(seeds)])
@@ -183,7 +195,9 @@ def comparisons_to_make(rows: Sequence[dict[str, Any]]) -> list[tuple[str, str, 
     """The table's declared comparisons, (row a, row b, why), fixed by the rows' kinds before any number is seen:
 
     - the check's share: each ``+ top-k check`` row against its own ``(policy alone)`` row (same best.pt);
-    - "deployed the same way" below means the same ``deploy_topk``, ``deploy_shortlist`` and budget (``budgets``);
+    - the restriction's share: each ``(policy alone, among K)`` row against its own ``(policy alone)`` row;
+    - "deployed the same way" below means the same ``deploy_topk``, ``deploy_shortlist``, ``deploy_among`` and
+      budget (``budgets``);
     - against doing nothing: every training row (does learning help at all?);
     - against SAC-only: every other training row against the SAC-only row deployed the same way;
     - against expert-guided RL: every ACE row against the expert-guided row deployed the same way;
@@ -202,16 +216,17 @@ def comparisons_to_make(rows: Sequence[dict[str, Any]]) -> list[tuple[str, str, 
     def same_deployment(train_id: str | None, row: dict[str, Any]) -> str | None:
         return next((r["id"] for r in rows if train_id is not None and r["train_id"] == train_id
                      and r.get("deploy_topk") == row.get("deploy_topk") and r.get("budget") == row.get("budget")
-                     and (r.get("deploy_shortlist") or 0) == (row.get("deploy_shortlist") or 0)),
-                    None)
+                     and (r.get("deploy_shortlist") or 0) == (row.get("deploy_shortlist") or 0)
+                     and (r.get("deploy_among") or 0) == (row.get("deploy_among") or 0)), None)
 
     out: list[tuple[str, str, str]] = []
     for r in rows:
-        if r.get("deploy_topk"):
+        if r.get("deploy_topk") or r.get("deploy_among"):
             alone = next((x["id"] for x in rows if x["train_id"] == r["train_id"] and x.get("deploy_topk") == 0
-                          and x.get("budget") == r.get("budget")), None)
+                          and not x.get("deploy_among") and x.get("budget") == r.get("budget")), None)
             if alone:
-                out.append((r["id"], alone, "the top-k check's share"))
+                why = "the top-k check's share" if r.get("deploy_topk") else "the restriction's share"
+                out.append((r["id"], alone, why))
     for r in rows:
         if nothing is not None and r["kind"] in TRAINING_KINDS:
             out.append((r["id"], nothing, "against doing nothing"))
@@ -342,8 +357,8 @@ def _row_record(spec: ExperimentSpec, row: RowSpec, cells: list[dict[str, Any]])
         raise ValueError(f"row {row.id!r}: some cells lack test episodes; delete their files in cells/ and rerun")
     guided = any(float((c.get("config") or {}).get("train", {}).get("tutor_steps", 0) or 0) > 0 for c in cells)
     return {"id": row.id, "name": row.name, "kind": row.kind, "train_id": row.train_id, "train_name": row.train_name,
-            "deploy_topk": row.topk, "deploy_shortlist": row.shortlist, "budget": row.budget,
-            "expert_guided": guided, "n": len(cells), "seeds": [c["seed"] for c in cells],
+            "deploy_topk": row.topk, "deploy_shortlist": row.shortlist, "deploy_among": row.among,
+            "budget": row.budget, "expert_guided": guided, "n": len(cells), "seeds": [c["seed"] for c in cells],
             "episodes": {f: episodes[f].tolist() for f in EPISODE_FIELDS}, "metrics": {}}
 
 
