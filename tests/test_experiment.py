@@ -558,6 +558,15 @@ def test_deploy_among_adds_the_policy_alone_among_k_and_fails_naming_the_row(tmp
     assert [(a, b) for a, b, why in made if why == "the restriction's share"] == [("sac-among8", "sac-alone"),
                                                                                  ("sac-among3", "sac-alone")]
     assert ("sac-top4", "sac-alone", "the top-k check's share") in made
+    # A run deployed among 8 by its own env.deploy_among is compared with rows restricted alike, and its check with
+    # that policy alone.
+    ace = [{"id": "ace-alone", "kind": "ace", "train_id": "ace", "deploy_topk": 0, "deploy_among": 8, "budget": None},
+           {"id": "ace-top4", "kind": "ace", "train_id": "ace", "deploy_topk": 4, "deploy_among": None, "budget": None}]
+    made = ex.comparisons_to_make([{"id": r.id, "kind": r.kind, "train_id": r.train_id, "deploy_topk": r.topk,
+                                    "deploy_among": r.among, "budget": None} for r in spec.rows] + ace)
+    assert ("ace-alone", "sac-among8", "against SAC-only") in made and ("ace-top4", "ace-alone",
+                                                                         "the top-k check's share") in made
+    assert not any(a == "ace-alone" and why == "the restriction's share" for a, _, why in made)
 
 
 def _refuses_sac_row(tmp_path: Path, keys: str, message: str) -> None:

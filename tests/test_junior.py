@@ -157,13 +157,15 @@ def test_an_experiment_row_tests_the_junior_its_set_names(collection: Path, tmp_
 
     path = save_junior(tmp_path / "junior.pt", fit_junior(collection, epochs=2, progress=False))
     table = rows(("DoNothing", "do-nothing"),
-                 ("Junior", "junior", f'set = ["train.init_policy={path}"]', "deploy_topk = [0, 2]",
-                  "deploy_among = [3]"))
+                 ("Junior", "junior", f'set = ["train.init_policy={path}", "env.deploy_among=4"]',
+                  "deploy_topk = [0, 2]", "deploy_among = [3]"))
     result = run_experiment(load_experiment(experiment_file(tmp_path / "x.toml", table)), tmp_path / "out",
                             progress=False)
     cells = json.loads((tmp_path / "out" / "results.json").read_text())
     assert {r["id"] for r in cells["rows"]} >= {"donothing", "junior-alone", "junior-top2", "junior-among3"}
-    assert next(r for r in cells["rows"] if r["id"] == "junior-among3")["deploy_among"] == 3
+    # How each row was deployed: its own deploy_among, else its configuration's (alone), none with the check.
+    assert [next(r for r in cells["rows"] if r["id"] == i)["deploy_among"]
+            for i in ("junior-alone", "junior-among3", "junior-top2")] == [4, 3, None]
     assert "Junior + top-2 check" in result["markdown"]
     import subprocess
 

@@ -195,7 +195,8 @@ def comparisons_to_make(rows: Sequence[dict[str, Any]]) -> list[tuple[str, str, 
     """The table's declared comparisons, (row a, row b, why), fixed by the rows' kinds before any number is seen:
 
     - the check's share: each ``+ top-k check`` row against its own ``(policy alone)`` row (same best.pt);
-    - the restriction's share: each ``(policy alone, among K)`` row against its own ``(policy alone)`` row;
+    - the restriction's share: each ``(policy alone, among K)`` row against its own ``(policy alone)`` row
+      (``deploy_among``: the row's, else its run's own ``env.deploy_among``);
     - "deployed the same way" below means the same ``deploy_topk``, ``deploy_shortlist``, ``deploy_among`` and
       budget (``budgets``);
     - against doing nothing: every training row (does learning help at all?);
@@ -222,8 +223,11 @@ def comparisons_to_make(rows: Sequence[dict[str, Any]]) -> list[tuple[str, str, 
     out: list[tuple[str, str, str]] = []
     for r in rows:
         if r.get("deploy_topk") or r.get("deploy_among"):
+            # The first row of the same training alone (the file's order puts the unrestricted one first), other
+            # than a restricted row itself.
             alone = next((x["id"] for x in rows if x["train_id"] == r["train_id"] and x.get("deploy_topk") == 0
-                          and not x.get("deploy_among") and x.get("budget") == r.get("budget")), None)
+                          and x.get("budget") == r.get("budget")
+                          and (r.get("deploy_topk") or (x.get("deploy_among") or 0) != r["deploy_among"])), None)
             if alone:
                 why = "the top-k check's share" if r.get("deploy_topk") else "the restriction's share"
                 out.append((r["id"], alone, why))
@@ -356,8 +360,11 @@ def _row_record(spec: ExperimentSpec, row: RowSpec, cells: list[dict[str, Any]])
     if cells and np.isnan(episodes["max_steps"]).any():
         raise ValueError(f"row {row.id!r}: some cells lack test episodes; delete their files in cells/ and rerun")
     guided = any(float((c.get("config") or {}).get("train", {}).get("tutor_steps", 0) or 0) > 0 for c in cells)
+    among = row.among
+    if among is None and row.topk == 0 and cells:  # the run's own env.deploy_among: how it was deployed
+        among = (cells[0].get("config") or {}).get("env", {}).get("deploy_among") or None
     return {"id": row.id, "name": row.name, "kind": row.kind, "train_id": row.train_id, "train_name": row.train_name,
-            "deploy_topk": row.topk, "deploy_shortlist": row.shortlist, "deploy_among": row.among,
+            "deploy_topk": row.topk, "deploy_shortlist": row.shortlist, "deploy_among": among,
             "budget": row.budget, "expert_guided": guided, "n": len(cells), "seeds": [c["seed"] for c in cells],
             "episodes": {f: episodes[f].tolist() for f in EPISODE_FIELDS}, "metrics": {}}
 
