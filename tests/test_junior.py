@@ -185,6 +185,9 @@ def test_an_experiment_row_tests_the_junior_its_set_names(collection: Path, tmp_
     by_week = subprocess.run([sys.executable, str(tool), str(tmp_path / "out" / "results.json"), "junior-alone",
                               "--by-week", "donothing"], capture_output=True, text=True, check=True).stdout
     assert "resample the " in by_week and by_week.splitlines()[-1].split("|")[3:5] == one.split("|")[3:5]
+    weekly = subprocess.run([sys.executable, str(tool), str(tmp_path / "out" / "results.json"), "junior-alone",
+                             "donothing", "--per-week"], capture_output=True, text=True, check=True).stdout
+    assert "| Week | junior-alone | donothing |" in weekly and weekly.count("\n| 0 | ") == weekly.count("\n| 1 | ") == 1
     bad = subprocess.run([sys.executable, str(tool), str(tmp_path / "out" / "results.json"), "nope", "junior-alone"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "no row nope" in bad.stderr

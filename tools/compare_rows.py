@@ -12,7 +12,7 @@ doing nothing: issue 33's 80% goal). An id ``a+b+c`` pools rows without training
     python tools/compare_rows.py runs/weeks_idf_2023/results.json --share junior-a+junior-b tutor-8 donothing
 
 ``--by-week`` resamples whole scenarios (weeks) instead of test pairs: the interval to use when several seeds play
-each week, since episodes of one week share its hours.
+each week, since episodes of one week share its hours. ``--per-week`` adds each named row's survival on each week.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ def main() -> None:
                         help="the share of B's gain over BASE that A keeps (repeatable)")
     parser.add_argument("--by-week", action="store_true",
                         help="resample whole scenarios (weeks), not test pairs: pairs of one week are not independent")
+    parser.add_argument("--per-week", action="store_true", help="also each named row's survival on each week")
     args = parser.parse_intermixed_args()  # options may come between the row ids
     if len(args.ids) % 2 or not (args.ids or args.share):
         parser.error(f"row ids come two at a time (A B), or --share A B BASE; got {len(args.ids)} ids")
@@ -72,6 +73,22 @@ def main() -> None:
         bounds = "[n/a]" if lo is None else f"[{lo:.0%}, {hi:.0%}]"
         print(f"{rows[a]['name']} keeps {share:.0%} {bounds} of {rows[b]['name']}'s gain over {rows[base]['name']} "
               f"({points(va - v0)} of {points(vb - v0)} points)")
+    if args.per_week:
+        print(_per_week([rows[i] for i in dict.fromkeys(named)], results["pairs"]))
+
+
+def _per_week(rows: list[dict], pairs: list[list[int]]) -> str:
+    """A markdown table: each row's survival (steps survived / playable, over its seeds or replicates) per week."""
+    scenarios = np.array([scenario for scenario, _ in pairs])
+    lines = ["| Week | " + " | ".join(r["id"] for r in rows) + " |", "|---:|" + "---:|" * len(rows)]
+    for week in sorted(set(scenarios.tolist())):
+        cells = []
+        for r in rows:
+            survived, playable = (np.asarray(r["episodes"][f], float)[:, scenarios == week].sum()
+                                  for f in ("steps_survived", "max_steps"))
+            cells.append(f"{survived / playable:.1%}")
+        lines.append(f"| {week} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def _pooled(replicates: list[dict], spec: str) -> dict:
