@@ -512,10 +512,14 @@ def test_deploy_topk_expands_a_training_row_and_fails_naming_the_row(tmp_path: P
         ex.load_experiment(path)
 
 
+def _one_row_file(tmp_path: Path, keys: str, name: str = "SAC") -> ex.ExperimentSpec:
+    """An experiment file whose one row, ``name`` (sac-only), has these extra keys, loaded."""
+    return ex.load_experiment(write_experiment(tmp_path / "ok.toml",
+                                               rows=f'[[rows]]\nname = "{name}"\nkind = "sac-only"\n{keys}\n'))
+
+
 def test_deploy_shortlist_adds_a_row_per_check_and_fails_naming_the_row(tmp_path: Path) -> None:
-    path = write_experiment(tmp_path / "ok.toml", rows='[[rows]]\nname = "SAC"\nkind = "sac-only"\n'
-                                                      'deploy_topk = [0, 4]\ndeploy_shortlist = [0, 2]\n')
-    spec = ex.load_experiment(path)
+    spec = _one_row_file(tmp_path, "deploy_topk = [0, 4]\ndeploy_shortlist = [0, 2]")
     assert [(r.id, r.name, r.topk, r.shortlist, r.train_id) for r in spec.rows] == [
         ("sac-alone", "SAC (policy alone)", 0, None, "sac"),
         ("sac-top4", "SAC + top-4 check", 4, 0, "sac"),
@@ -535,9 +539,7 @@ def test_deploy_shortlist_adds_a_row_per_check_and_fails_naming_the_row(tmp_path
 
 
 def test_deploy_among_adds_the_policy_alone_among_k_and_fails_naming_the_row(tmp_path: Path) -> None:
-    path = write_experiment(tmp_path / "ok.toml", rows='[[rows]]\nname = "SAC (scratch)"\nid = "sac"\n'
-                                                      'kind = "sac-only"\ndeploy_topk = [0, 4]\ndeploy_among = [8, 3]\n')
-    spec = ex.load_experiment(path)
+    spec = _one_row_file(tmp_path, 'id = "sac"\ndeploy_topk = [0, 4]\ndeploy_among = [8, 3]', name="SAC (scratch)")
     assert [(r.id, r.name, r.topk, r.among, r.train_id) for r in spec.rows] == [
         ("sac-alone", "SAC (scratch, policy alone)", 0, None, "sac"),
         ("sac-among8", "SAC (scratch, policy alone, among 8)", 0, 8, "sac"),
