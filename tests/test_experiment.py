@@ -550,7 +550,8 @@ def test_deploy_among_adds_the_policy_alone_among_k_and_fails_naming_the_row(tmp
     assert ex.cells.fingerprint(spec, alone, cfg) != ex.cells.fingerprint(spec, among, cfg)
     assert ex.cells.training_fingerprint(cfg) == ex.cells.training_fingerprint(spec.row_config(among, 0))  # one run
     for bad, message in (("[1]", r"deploy_among = \[1\] \(row 'SAC'\) must be a non-empty list of distinct integers "
-                                 r"in \[2, 1000\]"), ("[8, 8]", r"deploy_among = \[8, 8\]"), ("8", r"deploy_among = 8")):
+                                 r"in \[2, 1000\]"),
+                         ("[8, 8]", r"deploy_among = \[8, 8\]"), ("8", r"deploy_among = 8")):
         _refuses_sac_row(tmp_path, f"deploy_topk = [0, 4]\ndeploy_among = {bad}", message)
     _refuses_sac_row(tmp_path, "deploy_topk = [4]\ndeploy_among = [8]",
                      r"deploy_among \(row 'SAC'\) restricts the policy alone: give deploy_topk with a 0")
