@@ -117,12 +117,12 @@ def baseline_agent(kind: str, env: Any, cfg: Config, greedy_budget: int, topk: i
     if kind == "tutor":
         return tutor_agent(env, cfg)
     if kind == "junior":
+        from ace_hybrid.grid.agents import deployed_check
+
         # The row's deploy_among, else its own env.deploy_among (set beside train.init_policy), not the junior
         # file's, applies alone.
-        if among is None:
-            among = cfg.env.deploy_among if not topk else 0
         return make_agent(f"checkpoint:{cfg.train.init_policy}", env, topk=topk or 0, cfg=cfg, shortlist=shortlist,
-                          among=among)
+                          among=deployed_check(cfg, topk or 0, shortlist, among)[2])
     return make_agent(kind, env, budget=greedy_budget, cfg=cfg)  # the kinds of baselines are make_agent's names
 
 
