@@ -14,7 +14,7 @@ import pytest
 
 from ace_hybrid.config import load_config
 from ace_hybrid.llm.coevolution import CoEvolution
-from ace_hybrid.llm.exam import Exam, choice_problem, read_problem_set, split_of
+from ace_hybrid.llm.exam import BELOW_PLAYED, Exam, below_played_choice, choice_problem, read_problem_set, split_of
 from ace_hybrid.llm.rankers import Ranker
 from ace_hybrid.training.llm_coevolution import coevolution_metrics
 
@@ -60,7 +60,7 @@ def test_the_simulation_ranker_scores_as_its_control_and_an_oracle_beats_every_c
     controls = exam.controls()
     assert set(controls) == {"first candidate (shortlist order)", "best fixed position (shortlist order: A)",
                              "any fixed letter, shuffled orders (= random)",
-                             "simulation ranker (lowest simulated loading)"}
+                             "simulation ranker (lowest simulated loading)", BELOW_PLAYED}
     sim = exam.sit(Ranker("sim"))
     assert sim["accuracy"] == pytest.approx(controls["simulation ranker (lowest simulated loading)"]["mean"])
     assert sim["minus_simulation"] == {"mean": 0.0, "low": 0.0, "high": 0.0}
@@ -78,6 +78,35 @@ def test_an_answer_by_position_scores_like_a_random_choice(exam) -> None:
     assert by_letter["top_position_share"] == 1.0
     assert by_letter["low"] <= random["mean"] <= by_letter["high"]
     assert by_letter["minus_simulation"]["high"] < 0
+
+
+class ReadsTheWords:
+    """Picks the first option said to lie below what was played, else A (tests only)."""
+
+    def choose(self, problem: Any) -> int:
+        below = [k for k in range(len(problem.texts))
+                 if any(w in problem.option(k) for w in ("below what was played", "lost the grid"))]
+        return below[0] if below else 0
+
+
+def test_effects_vs_played_carry_the_one_line_rule_into_the_exam(exam) -> None:
+    words = Exam.load(SET, size=60, vs_played=True)
+    assert exam.sit(ReadsTheWords())["top_position_share"] == 1.0  # without the words: always A
+    read = words.sit(ReadsTheWords())
+    rule = words.controls()[BELOW_PLAYED]
+    # Reading the words is the rule (its first candidate instead of a uniform one among them): no better than it.
+    assert read["low"] <= rule["mean"] <= read["high"]
+    assert read["minus_below_played"]["low"] <= 0 <= read["minus_below_played"]["high"]
+    assert read["minus_best_control"]["low"] > 0  # and the rule beats every position-only control
+    assert rule["mean"] < words.controls()["simulation ranker (lowest simulated loading)"]["mean"]
+    # The reference: inf where what was played lost the grid, its max loading otherwise.
+    lost = next(p for p in words.problems if p["blackout"])
+    kept = next(p for p in words.problems if not p["blackout"])
+    assert choice_problem(lost, vs_played=True).played_max_rho == float("inf")
+    assert choice_problem(kept, vs_played=True).played_max_rho == pytest.approx(kept["max_rho"])
+    assert choice_problem(kept).played_max_rho is None
+    assert below_played_choice([{**kept, "rl_outcome": "the episode ended safely after 3 steps"}])[0] == \
+        pytest.approx(np.mean(kept["good"]))  # nothing is below an episode that ended: a uniform choice
 
 
 def test_bad_exams_name_the_value(tmp_path: pathlib.Path) -> None:
@@ -157,7 +186,8 @@ def test_each_round_is_examined_paired_with_the_untrained_model(exam, tmp_path: 
     assert metrics["coevo/exam_control_simulation"] == pytest.approx(
         exam.controls()["simulation ranker (lowest simulated loading)"]["mean"])
     assert {"coevo/exam_minus_best_control_low", "coevo/exam_minus_untrained_high",
-            "coevo/exam_control_first_candidate", "coevo/exam_control_random"} <= set(metrics)
+            "coevo/exam_minus_below_played_low", "coevo/exam_control_first_candidate", "coevo/exam_control_random",
+            "coevo/exam_control_below_played"} <= set(metrics)
     assert "coevo/exam_untrained_accuracy" in coevolution_metrics(first)
 
 

@@ -322,6 +322,25 @@ def test_without_effects_the_prompt_shows_only_the_state_and_the_candidates(sett
         snapshot.close()
 
 
+def test_effects_vs_played_compare_each_option_with_the_replayed_rl_action(setting) -> None:
+    env, obs, catalog, cfg = setting
+    snapshot = env.copy()
+    try:
+        backend = ScriptedBackend()
+        result = _actor(backend, catalog, env, cfg, max_rounds=1, effects_vs_played=True).refine(snapshot, obs, 0)
+        text = backend.prompts[-1][-1]["content"]
+        options = [line for line in text.splitlines() if re.match(r"[A-Z]\. ", line)]
+        played = float(np.max(result.baseline.obs.rho))  # do nothing, replayed: it kept the grid here
+        assert not result.baseline.blackout and result.first_problem.played_max_rho == pytest.approx(played)
+        for option, effect in zip(options, result.first_problem.effects):
+            if not effect.failed:
+                points = round(100 * (effect.max_rho - played))
+                words = ("as high as" if points == 0 else f"{abs(points)} points {'below' if points < 0 else 'above'}")
+                assert option.endswith(f"{words} what was played"), option
+    finally:
+        snapshot.close()
+
+
 def test_proposals_no_better_than_the_rl_action_are_never_accepted(setting) -> None:
     env, obs, catalog, cfg = setting
     snapshot = env.copy()

@@ -13,7 +13,7 @@ import pytest
 from ace_hybrid.config import ACEConfig
 from ace_hybrid.llm.backend import LLMError
 from ace_hybrid.llm.coevolution import content_pairs, judge_pairs
-from ace_hybrid.llm.rankers import LABELS, CandidateEffect, ChoiceProblem, Ranker, neutral_order
+from ace_hybrid.llm.rankers import LABELS, CandidateEffect, ChoiceProblem, Ranker, neutral_order, points_vs_played
 
 TEXTS = ("reconnect line 3", "substation 4: load 2 to bus 2; the rest stay on bus 1", "disconnect line 7",
          "do nothing")
@@ -219,6 +219,30 @@ def test_each_judging_prompt_shows_one_option_after_the_same_context() -> None:
     start = prompts[0].index("Option")
     assert all(p[:start] == prompts[0][:start] for p in prompts)  # a local model runs the common start once
     assert all(p.endswith("Answer GOOD or BAD.") for p in prompts)
+
+
+def test_effects_vs_played_say_in_words_how_far_each_option_lies_from_what_was_played() -> None:
+    problem = _problem(played_max_rho=1.04)
+    prompts = [problem.judge_prompt(k)[-1]["content"] for k in range(4)]
+    assert "reconnect line 3 | max 85%, 0 over, 0 off; 19 points below what was played\n" in prompts[0]
+    assert "| max 120%, 2 over, 1 off; 16 points above what was played\n" in prompts[1]
+    assert "| grid collapses or action refused\n" in prompts[2]  # a failed option has nothing to compare
+    assert "; 7 points below what was played\n" in problem.prompt()[-1]["content"]  # the letter prompt too
+    assert "max 85%, 0 over, 0 off; as high as what was played" in _problem(played_max_rho=0.853).prompt()[-1][
+        "content"]
+    lost = _problem(played_max_rho=float("inf")).judge_prompt(0)[-1]["content"]
+    assert "max 85%, 0 over, 0 off; what was played lost the grid\n" in lost
+    assert "points" not in _problem().judge_prompt(0)[-1]["content"]  # the default shows effects as they are
+    assert "points" not in _problem(played_max_rho=1.04, show_effects=False).prompt()[-1]["content"]
+    moved = problem.reordered([3, 2, 1, 0])
+    assert moved.played_max_rho == 1.04 and ChoiceProblem.from_dict(moved.to_dict()) == moved
+    old = {k: v for k, v in problem.to_dict().items() if k != "played_max_rho"}  # saved before the field existed
+    assert ChoiceProblem.from_dict(old).played_max_rho is None
+    assert [points_vs_played(e, 1.04) for e in EFFECTS[:2]] == [-19, 16]
+    assert np.isnan(points_vs_played(EFFECTS[2], 1.04)) and np.isnan(points_vs_played(EFFECTS[0], None))
+    assert points_vs_played(EFFECTS[0], float("inf")) == -np.inf
+    with pytest.raises(ValueError, match="ace.effects_vs_played"):
+        ACEConfig(effects_vs_played="yes").validate()
 
 
 def test_the_judge_chooses_the_best_judged_candidate_whatever_the_order() -> None:

@@ -6,7 +6,8 @@ Run:  python tools/exam_curve.py RUN_DIR [RUN_DIR ...] --out docs/figures/coevol
 Each RUN_DIR is a training run of an ACE configuration with ``ace.exam`` set (its ``metrics.jsonl`` holds the
 ``coevo/exam_*`` metrics). Round 0 is the untrained model; each point after it is the exam after that round, with
 its 95% bootstrap interval over problems as a band. The dashed lines are the best position-only control and the
-simulation ranker on the same problems. A table of the same figures is printed, and one per grid (from each run's
+simulation ranker on the same problems, the dotted one the one-line rule (a candidate simulated below what was
+played). A table of the same figures is printed, and one per grid (from each run's
 last checkpoint, which keeps every round's answers).
 """
 
@@ -54,43 +55,66 @@ def table(runs: dict[str, list[dict[str, Any]]]) -> str:
     return "\n".join(lines)
 
 
+def run_exam(run_dir: Path) -> Any:
+    """The exam a run sat (its configuration says which problems and how they were shown), or None."""
+    from ace_hybrid.llm.exam import Exam
+
+    ace = json.loads((run_dir / "config.json").read_text())["ace"]
+    if not ace.get("exam"):
+        return None
+    return Exam.load(ace["exam"], size=ace.get("exam_size", 160), show_effects=ace.get("show_effects", True),
+                     vs_played=ace.get("effects_vs_played", False))
+
+
+def control_rates(exam: Any) -> dict[str, Any]:
+    """Per-problem rates of every control on the exam: the position-only ones, the simulation ranker and the
+    one-line rule (recomputed here, so runs made before a control existed are shown beside it too)."""
+    from ace_hybrid.llm.exam import BELOW_PLAYED, below_played_choice, position_controls, simulation_choice
+
+    return {**position_controls(exam.problems), "simulation ranker": simulation_choice(exam.problems),
+            BELOW_PLAYED: below_played_choice(exam.problems)}
+
+
 def per_grid_table(run_dirs: list[Path]) -> str:
-    """Each round's exam accuracy on each grid, beside the controls', from the runs' last checkpoints (their
-    rounds' per-problem answers) and configurations (which problems the exam held)."""
-    from ace_hybrid.llm.exam import Exam, position_controls, simulation_choice
+    """Each round's exam accuracy on each grid, beside the controls', and its paired difference from the one-line
+    rule, from the runs' last checkpoints (their rounds' per-problem answers) and configurations (which problems the
+    exam held)."""
+    from ace_hybrid.llm.exam import BELOW_PLAYED, paired
     from ace_hybrid.training.checkpoint import load_checkpoint_file
 
     lines: list[str] = []
     for run_dir in run_dirs:
-        ace = json.loads((run_dir / "config.json").read_text())["ace"]
-        checkpoint = run_dir / "checkpoint.pt"
-        if not ace.get("exam") or not checkpoint.is_file():
+        exam, checkpoint = run_exam(run_dir), run_dir / "checkpoint.pt"
+        if exam is None or not checkpoint.is_file():
             continue
-        exam = Exam.load(ace["exam"], size=ace.get("exam_size", 160), show_effects=ace.get("show_effects", True))
         history = load_checkpoint_file(checkpoint)["llm"]["coevo"]["history"]
+        controls = control_rates(exam)
         if not lines:
-            lines = [f"| run | round | {' | '.join(exam.grids)} |", "|---|---|" + "---:|" * len(exam.grids)]
-            controls = {**position_controls(exam.problems),
-                        "simulation ranker": simulation_choice(exam.problems)}
+            lines = [f"| run | round | {' | '.join(exam.grids)} | − {BELOW_PLAYED} |",
+                     "|---|---|" + "---:|" * (len(exam.grids) + 1)]
             for name, rates in controls.items():
                 by_grid = exam.per_grid(rates)
-                lines.append(f"| control | {name} | {' | '.join(f'{100 * by_grid[g]:.1f}%' for g in exam.grids)} |")
+                lines.append(f"| control | {name} | {' | '.join(f'{100 * by_grid[g]:.1f}%' for g in exam.grids)} | |")
         answers = [(0, history[0].get("exam_before"))] + [(e["round"], e.get("exam_after")) for e in history]
         for k, result in answers:
             if result is not None:
                 by_grid = exam.per_grid(result["per_problem"])
-                lines.append(f"| {run_dir} | {k} | {' | '.join(f'{100 * by_grid[g]:.1f}%' for g in exam.grids)} |")
+                d = paired(result["per_problem"], controls[BELOW_PLAYED])
+                lines.append(f"| {run_dir} | {k} | {' | '.join(f'{100 * by_grid[g]:.1f}%' for g in exam.grids)} | "
+                             f"{100 * d['mean']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}] |")
     return "\n".join(lines)
 
 
-def plot(runs: dict[str, list[dict[str, Any]]], out: Path) -> None:
+def plot(runs: dict[str, list[dict[str, Any]]], controls: dict[str, Any], out: Path) -> None:
+    """One line per run, round by round, its band the 95% interval; dashed: the controls' accuracies."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from ace_hybrid.llm.exam import BELOW_PLAYED
+
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    controls: dict[str, float] = {}
     for name, rows in runs.items():
         xs = [int(r["coevo/round"]) for r in rows]
         ys = [100 * r["coevo/exam_accuracy"] for r in rows]
@@ -101,14 +125,14 @@ def plot(runs: dict[str, list[dict[str, Any]]], out: Path) -> None:
             lo, hi = [ys[0], *lo], [ys[0], *hi]
         line, = ax.plot(xs, ys, marker="o", label=Path(name).name)
         ax.fill_between(xs, lo, hi, alpha=0.2, color=line.get_color())
-        for r in rows:
-            controls.update({k: v for k, v in r.items() if k.startswith("coevo/exam_control_")})
-    best_position = max((v for k, v in controls.items() if not k.endswith("simulation")), default=None)
-    if best_position is not None:
-        ax.axhline(100 * best_position, ls="--", color="grey", label="best position-only control")
-    if "coevo/exam_control_simulation" in controls:
-        ax.axhline(100 * controls["coevo/exam_control_simulation"], ls="--", color="black",
-                   label="simulation ranker")
+    means = {name: 100 * float(rates.mean()) for name, rates in controls.items()}
+    positions = [v for k, v in means.items() if k not in ("simulation ranker", BELOW_PLAYED)]
+    if positions:
+        ax.axhline(max(positions), ls="--", color="grey", label="best position-only control")
+    if BELOW_PLAYED in means:
+        ax.axhline(means[BELOW_PLAYED], ls=":", color="black", label="one-line rule: simulated below what was played")
+    if "simulation ranker" in means:
+        ax.axhline(means["simulation ranker"], ls="--", color="black", label="simulation ranker")
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -136,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     grids = per_grid_table(args.runs)
     if grids:
         print("\nPer grid (each grid's share of the exam's problems):\n" + grids)
-    plot(runs, args.out)
+    exam = run_exam(args.runs[0])
+    plot(runs, control_rates(exam) if exam is not None else {}, args.out)
     print(f"written: {args.out}")
     return 0
 

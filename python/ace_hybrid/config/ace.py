@@ -47,6 +47,10 @@ class ACEConfig:
     show_effects: bool = True
     """Show each candidate's simulated one-step effect (max loading, lines over the limit, lines off) in the LLM's
     prompt ("reading"); false shows the state and the candidates' texts only ("knowledge of the grid")."""
+    effects_vs_played: bool = False
+    """With show_effects, each effect also says, in words, how many points of max loading it lies below or above what
+    was played ("12 points below what was played"): the judge's question then reads off one word, not a comparison
+    of two numbers the embedded model never learnt to make (docs/ace.md)."""
     lac_alpha: float = 1.0
     """Critic weight of LAC when ranker = "lac" and for the LLM-only agent."""
     validation_steps: int = 48
@@ -143,6 +147,8 @@ class ACEConfig:
         check(-10.0 <= self.r_bar <= 10.0, "ace.r_bar", self.r_bar, "must be in [-10, 10]")
         check(2 <= self.candidates <= 26, "ace.candidates", self.candidates, "must be in [2, 26] (one letter each)")
         check(1 <= self.max_rounds <= 20, "ace.max_rounds", self.max_rounds, "must be in [1, 20]")
+        check(isinstance(self.effects_vs_played, bool), "ace.effects_vs_played", self.effects_vs_played,
+              "must be true or false")
         check(self.ranker != "score", "ace.ranker", self.ranker, "was renamed: use 'llm'")
         check(self.ranker in ACTOR_RANKERS, "ace.ranker", self.ranker, f"must be one of {ACTOR_RANKERS}")
         check(0.0 < self.bad_rho <= 5.0, "ace.bad_rho", self.bad_rho, "must be in (0, 5]")

@@ -35,6 +35,7 @@ training.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -98,6 +99,14 @@ def rollout(snapshot: Any, action: Any, *, safe_rule: SafeRule, reward_fn: Calla
 def max_rho(obs: Any) -> float:
     """Largest line loading of a grid2op observation."""
     return float(np.max(obs.rho))
+
+
+def played_max_rho(r: Rollout) -> float | None:
+    """The max loading where a segment ended, as the prompt compares candidates with it: inf for a blackout, None
+    for an episode that ended safely (no candidate can do better)."""
+    if r.blackout:
+        return math.inf
+    return None if r.ended else float(np.max(r.obs.rho))
 
 
 def describe_outcome(r: Rollout) -> str:
@@ -184,7 +193,8 @@ class PolicyActor:
         The training reward of one environment step.
     threshold : float
         Danger threshold (the end of a simulated segment).
-    candidates, max_rounds, validation_steps, min_improvement, ranker, lac_alpha, show_effects, do_nothing_first
+    candidates, max_rounds, validation_steps, min_improvement, ranker, lac_alpha, show_effects, do_nothing_first,
+    effects_vs_played
         As in :class:`~ace_hybrid.config.ACEConfig`.
     label_all
         After a refinement that asked the ranker, validate every candidate it was shown that no round tried, so
@@ -197,7 +207,7 @@ class PolicyActor:
                  reward_fn: Callable[[Any, bool], float], threshold: float, candidates: int = 8, max_rounds: int = 5,
                  validation_steps: int = 48, min_improvement: float = 0.01, min_rho_drop: float = 0.05,
                  ranker: str = "llm", lac_alpha: float = 1.0, show_effects: bool = True, seed: int = 0,
-                 do_nothing_first: bool = False, label_all: bool = False) -> None:
+                 do_nothing_first: bool = False, label_all: bool = False, effects_vs_played: bool = False) -> None:
         if not 2 <= candidates <= len(LABELS):
             raise ValueError(f"candidates = {candidates} out of range [2, {len(LABELS)}]")
         if max_rounds < 1:
@@ -209,6 +219,7 @@ class PolicyActor:
         self.backend, self.catalog, self.layout = backend, catalog, layout
         self.ranker = Ranker(ranker, backend, lac_alpha=lac_alpha, seed=seed)
         self.show_effects = bool(show_effects)
+        self.effects_vs_played = bool(effects_vs_played)
         self.order_rng = np.random.default_rng([seed, 1])
         self.reward_fn, self.threshold = reward_fn, float(threshold)
         self.n_candidates, self.max_rounds = int(candidates), int(max_rounds)
@@ -322,13 +333,14 @@ class PolicyActor:
         first = list(shown)
         state_text = describe_state(obs, self.layout)
         rl_text, rl_outcome = self.catalog.describe(rl_action), describe_outcome(baseline)
+        played = played_max_rho(baseline) if self.effects_vs_played else None
         effects = dict(zip(shown, simulate_effects(obs, [self.catalog.action(i) for i in shown])))
         failed: list[tuple[str, str]] = []
         rounds = self.max_rounds if max_rounds is None else max_rounds
         uses_llm = self.ranker.uses_llm
         while shown and result.rounds < rounds and (not uses_llm or may_call()):
             problem = ChoiceProblem(state_text, rl_text, rl_outcome, tuple(self.catalog.describe(i) for i in shown),
-                                    tuple(effects[i] for i in shown), tuple(failed), self.show_effects)
+                                    tuple(effects[i] for i in shown), tuple(failed), self.show_effects, played)
             q = [float(q_values[i]) if q_values is not None else np.nan for i in shown]
             started = time.perf_counter()
             result.calls += int(uses_llm)

@@ -27,14 +27,17 @@ from typing import Any
 
 import numpy as np
 
-from ace_hybrid.llm.rankers import CandidateEffect, ChoiceProblem, Ranker, neutral_order
+from ace_hybrid.llm.rankers import CandidateEffect, ChoiceProblem, Ranker, neutral_order, points_vs_played
 
-__all__ = ["EXAM_SPLITS", "PROBLEM_FORMAT", "Exam", "bootstrap", "choice_problem", "expected_random",
-           "first_choices", "good_rate", "paired", "position_controls", "read_problem_set", "select", "split_of"]
+__all__ = ["BELOW_PLAYED", "EXAM_SPLITS", "PROBLEM_FORMAT", "Exam", "below_played_choice", "bootstrap", "choice_problem",
+           "expected_random", "first_choices", "good_rate", "paired", "position_controls", "read_problem_set",
+           "select", "split_of"]
 
 PROBLEM_FORMAT = 2
 """Format of the labelled problem sets this module reads."""
 EXAM_SPLITS = ("train", "dev", "held-out")
+BELOW_PLAYED = "one-line rule: a candidate simulated below what was played"
+"""The control :func:`below_played_choice` scores."""
 
 
 def read_problem_set(path: str | Path) -> dict[str, Any]:
@@ -65,15 +68,23 @@ def select(problems: list[dict[str, Any]], split: str, limit: int) -> list[dict[
     return chosen[:: max(1, round(len(chosen) / limit))][:limit] if limit else chosen
 
 
-def choice_problem(problem: dict[str, Any], show_effects: bool = True) -> ChoiceProblem:
-    """The actor's first question for ``problem``, candidates in the shortlist's order."""
+def choice_problem(problem: dict[str, Any], show_effects: bool = True, vs_played: bool = False) -> ChoiceProblem:
+    """The actor's first question for ``problem``, candidates in the shortlist's order (``vs_played``: each effect
+    also compared with what was played, as ``ace.effects_vs_played`` shows it)."""
     effects = tuple(CandidateEffect(float(e[0]), int(e[1]), int(e[2]), bool(e[3])) for e in problem["effects"])
     return ChoiceProblem(problem["state_text"], problem["rl_text"], problem["rl_outcome"], tuple(problem["texts"]),
-                         effects, (), show_effects)
+                         effects, (), show_effects, _played_max_rho(problem) if vs_played else None)
+
+
+def _played_max_rho(problem: dict[str, Any]) -> float | None:
+    """What :func:`ace_hybrid.llm.actor.played_max_rho` gives for the played segment of a labelled problem."""
+    if problem["blackout"]:
+        return math.inf
+    return None if problem["rl_outcome"].startswith("the episode ended") else float(problem["max_rho"])
 
 
 def first_choices(ranker: Ranker, problems: list[dict[str, Any]], orders: int, *, show_effects: bool = True,
-                  seed: int = 0, desc: str = "first choices") -> tuple[np.ndarray, np.ndarray]:
+                  vs_played: bool = False, seed: int = 0, desc: str = "first choices") -> tuple[np.ndarray, np.ndarray]:
     """Each problem asked ``orders`` times, its candidates in a seeded shuffled order each time (the same orders for
     every ranker and model: seeds (seed, problem, k)). Returns (chosen, position), both (n_problems, orders) int:
     the chosen candidate's index in the shortlist and the position it stood at (0 = A)."""
@@ -82,7 +93,7 @@ def first_choices(ranker: Ranker, problems: list[dict[str, Any]], orders: int, *
     chosen = np.zeros((len(problems), orders), dtype=np.int64)
     position = np.zeros_like(chosen)
     for i, problem in enumerate(tqdm(problems, desc=desc, unit="problem", leave=False)):
-        base = choice_problem(problem, show_effects)
+        base = choice_problem(problem, show_effects, vs_played)
         for k in range(orders):
             order = neutral_order(len(base.texts), np.random.default_rng([seed, i, k]))
             position[i, k] = ranker.choose(base.reordered(order))
@@ -125,6 +136,17 @@ def simulation_choice(problems: list[dict[str, Any]]) -> np.ndarray:
     return np.array(out)
 
 
+def below_played_choice(problems: list[dict[str, Any]]) -> np.ndarray:
+    """Per-problem good rate of the one-line rule the words of ``ace.effects_vs_played`` spell out: a uniform choice
+    among the candidates simulated below what was played (:func:`points_vs_played`), among all where none is."""
+    out = []
+    for p in problems:
+        played = _played_max_rho(p)
+        below = [k for k, e in enumerate(choice_problem(p).effects) if points_vs_played(e, played) < 0]
+        out.append(float(np.mean([p["good"][k] for k in below])) if below else expected_random(p, 1)[1])
+    return np.array(out)
+
+
 def bootstrap(values: Any, draws: int = 4000, seed: int = 0) -> tuple[float, float, float]:
     """Mean and 95% percentile-bootstrap interval over the first axis."""
     values = np.asarray(values, dtype=np.float64)
@@ -149,6 +171,8 @@ class Exam:
         Labelled problems (:func:`select`).
     show_effects
         Show each candidate's simulated effect in the prompt (``ace.show_effects``).
+    vs_played
+        Compare each shown effect with what was played (``ace.effects_vs_played``).
     seed
         Seed of the shuffled orders.
     """
@@ -156,17 +180,18 @@ class Exam:
     problems: list[dict[str, Any]]
     show_effects: bool = True
     seed: int = 0
+    vs_played: bool = False
 
     @classmethod
     def load(cls, path: str | Path, *, split: str = "held-out", size: int = 160, show_effects: bool = True,
-             seed: int = 0) -> Exam:
+             vs_played: bool = False, seed: int = 0) -> Exam:
         """``size`` problems of ``split`` of the set at ``path``, both grids in their shares."""
         if size < 1:
             raise ValueError(f"exam size = {size} is invalid; valid: >= 1")
         problems = select(read_problem_set(path)["problems"], split, size)
         if not problems:
             raise ValueError(f"{path} has no {split} problem with two candidates or more")
-        return cls(problems, show_effects, seed)
+        return cls(problems, show_effects, seed, vs_played)
 
     @property
     def grids(self) -> list[str]:
@@ -175,7 +200,7 @@ class Exam:
     def controls(self) -> dict[str, dict[str, float]]:
         """Each control's accuracy with its interval: the position-only ones and the simulation ranker."""
         rates = {**position_controls(self.problems), "simulation ranker (lowest simulated loading)":
-                 simulation_choice(self.problems)}
+                 simulation_choice(self.problems), BELOW_PLAYED: below_played_choice(self.problems)}
         return {name: dict(zip(("mean", "low", "high"), bootstrap(r))) for name, r in rates.items()}
 
     def per_grid(self, rates: Any) -> dict[str, float]:
@@ -191,16 +216,18 @@ class Exam:
     def sit(self, ranker: Ranker, untrained: list[float] | None = None) -> dict[str, Any]:
         """The ranker's first choice on every problem: its accuracy with an interval, the per-problem rates, the
         share of the most chosen position, and its paired differences from the best position-only control, the
-        simulation ranker and (given its per-problem rates) the untrained model."""
-        chosen, position = first_choices(ranker, self.problems, 1, show_effects=self.show_effects, seed=self.seed,
-                                         desc="exam")
+        simulation ranker, the one-line rule and (given its per-problem rates) the untrained model."""
+        chosen, position = first_choices(ranker, self.problems, 1, show_effects=self.show_effects,
+                                         vs_played=self.vs_played, seed=self.seed, desc="exam")
         rates = good_rate(self.problems, chosen)
         mean, low, high = bootstrap(rates)
         counts = np.bincount(position.ravel(), minlength=2)
         out: dict[str, Any] = {"problems": len(rates), "accuracy": mean, "low": low, "high": high,
-                               "per_problem": rates.tolist(), "per_grid": self.per_grid(rates), "top_position_share": float(counts.max() / counts.sum()),
+                               "per_problem": rates.tolist(), "per_grid": self.per_grid(rates),
+                               "top_position_share": float(counts.max() / counts.sum()),
                                "minus_best_control": paired(rates, self.best_position_control()),
-                               "minus_simulation": paired(rates, simulation_choice(self.problems))}
+                               "minus_simulation": paired(rates, simulation_choice(self.problems)),
+                               "minus_below_played": paired(rates, below_played_choice(self.problems))}
         if untrained is not None:
             out["minus_untrained"] = paired(rates, untrained)
         return out

@@ -23,6 +23,7 @@ The non-LLM rankers are the controls the LLM is measured against on the same can
 
 from __future__ import annotations
 
+import math
 import string
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,7 +36,7 @@ from ace_hybrid.llm.backend import LLMBackend, LLMError
 from ace_hybrid.llm.lac import LACRanker
 
 __all__ = ["LABELS", "LLM_RANKERS", "RANKERS", "VERDICTS", "CandidateEffect", "ChoiceProblem", "Ranker",
-           "describe_effect", "neutral_order", "simulate_effects"]
+           "describe_effect", "neutral_order", "points_vs_played", "simulate_effects"]
 
 RANKERS = ACTOR_RANKERS
 LLM_RANKERS = ("llm", "judge", "lac")
@@ -76,11 +77,29 @@ def simulate_effects(obs: Any, actions: Sequence[Any]) -> list[CandidateEffect]:
     return out
 
 
-def describe_effect(e: CandidateEffect) -> str:
-    """The simulated effect in a few words, for the prompt."""
+def points_vs_played(e: CandidateEffect, played_max_rho: float | None) -> float:
+    """Points of max loading a candidate lies above (> 0) or below (< 0) what was played, rounded as the prompt shows
+    them; -inf when what was played lost the grid and the candidate did not; nan with nothing to compare (no
+    reference, or the candidate's simulation failed)."""
+    if played_max_rho is None or e.failed:
+        return math.nan
+    return -math.inf if math.isinf(played_max_rho) else float(round(100 * (e.max_rho - played_max_rho)))
+
+
+def describe_effect(e: CandidateEffect, played_max_rho: float | None = None) -> str:
+    """The simulated effect in a few words, for the prompt; given the played action's max loading, also how far the
+    candidate's lies from it, in words (:func:`points_vs_played`)."""
     if e.failed:
         return "grid collapses or action refused"
-    return f"max {100 * e.max_rho:.0f}%, {e.overloaded} over, {e.disconnected} off"
+    text = f"max {100 * e.max_rho:.0f}%, {e.overloaded} over, {e.disconnected} off"
+    points = points_vs_played(e, played_max_rho)
+    if math.isnan(points):
+        return text
+    if math.isinf(points):
+        return f"{text}; what was played lost the grid"
+    if points == 0:
+        return f"{text}; as high as what was played"
+    return f"{text}; {abs(points):.0f} points {'below' if points < 0 else 'above'} what was played"
 
 
 def neutral_order(n: int, rng: np.random.Generator) -> list[int]:
@@ -104,6 +123,9 @@ class ChoiceProblem:
     failed: tuple[tuple[str, str], ...] = ()
     """(text, outcome) of the attempts already validated and found no better."""
     show_effects: bool = True
+    played_max_rho: float | None = None
+    """The played action's max loading where its simulated segment ended (inf: it lost the grid). Given, each shown
+    effect also says how far it lies from it (``ace.effects_vs_played``); None: effects are shown as they are."""
 
     def __post_init__(self) -> None:
         if not 1 <= len(self.texts) <= len(LABELS):
@@ -118,7 +140,7 @@ class ChoiceProblem:
     def option(self, k: int) -> str:
         """Candidate ``k`` as the prompts show it (with its simulated effect when ``show_effects``)."""
         text = _compact(self.texts[k])
-        return f"{text} | {describe_effect(self.effects[k])}" if self.show_effects else text
+        return f"{text} | {describe_effect(self.effects[k], self.played_max_rho)}" if self.show_effects else text
 
     def prompt(self) -> list[dict[str, str]]:
         """The chat prompt; the answer is one label."""
@@ -145,19 +167,22 @@ class ChoiceProblem:
         if sorted(order) != list(range(len(self.texts))):
             raise ValueError(f"order = {list(order)} is not a permutation of range({len(self.texts)})")
         return ChoiceProblem(self.state_text, self.rl_text, self.rl_outcome, tuple(self.texts[i] for i in order),
-                             tuple(self.effects[i] for i in order), self.failed, self.show_effects)
+                             tuple(self.effects[i] for i in order), self.failed, self.show_effects, self.played_max_rho)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain values only (checkpoints are read with ``torch.load(weights_only=True)``)."""
         return {"state_text": self.state_text, "rl_text": self.rl_text, "rl_outcome": self.rl_outcome,
                 "texts": list(self.texts), "effects": [list(e) for e in self.effects],
-                "failed": [list(f) for f in self.failed], "show_effects": self.show_effects}
+                "failed": [list(f) for f in self.failed], "show_effects": self.show_effects,
+                "played_max_rho": self.played_max_rho}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ChoiceProblem:
         effects = tuple(CandidateEffect(float(e[0]), int(e[1]), int(e[2]), bool(e[3])) for e in d["effects"])
+        played = d.get("played_max_rho")  # absent from problems saved before it existed
         return cls(d["state_text"], d["rl_text"], d["rl_outcome"], tuple(d["texts"]), effects,
-                   tuple((str(t), str(o)) for t, o in d["failed"]), bool(d["show_effects"]))
+                   tuple((str(t), str(o)) for t, o in d["failed"]), bool(d["show_effects"]),
+                   None if played is None else float(played))
 
 
 def _compact(action_text: str) -> str:

@@ -35,7 +35,8 @@ class CoEvolutionInLoop:
     """
 
     def __init__(self, backend: LLMBackend, ace: ACEConfig, adapter_dir: Path, seed: int) -> None:
-        exam = Exam.load(ace.exam, size=ace.exam_size, show_effects=ace.show_effects, seed=seed) if ace.exam else None
+        exam = Exam.load(ace.exam, size=ace.exam_size, show_effects=ace.show_effects,
+                         vs_played=ace.effects_vs_played, seed=seed) if ace.exam else None
         self.core = CoEvolution(backend, every=ace.finetune_every, n_pairs=ace.finetune_pairs, adapter_dir=adapter_dir,
                                 probe_size=ace.probe_size, orders=ace.sft_orders, seed=seed,
                                 target="judge" if ace.ranker == "judge" else "letter", exam=exam)
@@ -117,7 +118,8 @@ class CoEvolutionInLoop:
 def _control_key(name: str) -> str:
     """A metric name for an exam control (:meth:`~ace_hybrid.llm.exam.Exam.controls`' names are sentences)."""
     for start, key in (("first candidate", "first_candidate"), ("best fixed position", "best_fixed_position"),
-                       ("any fixed letter", "random"), ("simulation", "simulation")):
+                       ("any fixed letter", "random"), ("simulation", "simulation"),
+                       ("one-line rule", "below_played")):
         if name.startswith(start):
             return key
     raise ValueError(f"unknown exam control {name!r}")
@@ -127,7 +129,8 @@ def coevolution_metrics(entry: dict[str, Any], exam_controls: dict[str, dict[str
                         ) -> dict[str, float]:
     """The ``coevo/*`` metrics of one fine-tuning round (an entry of :attr:`CoEvolutionInLoop.history`), with the
     exam's (``coevo/exam_*``: accuracy and interval after the round, its paired differences from the untrained model,
-    the best position-only control and the simulation ranker; the controls' accuracies beside them)."""
+    the best position-only control, the simulation ranker and the one-line rule; the controls' accuracies beside
+    them)."""
     out = {"coevo/round": float(entry["round"]), "coevo/pairs": float(entry["pairs"]),
            "coevo/seconds": float(entry["seconds"])}
     for key in ("loss_first", "loss_last"):
@@ -143,7 +146,7 @@ def coevolution_metrics(entry: dict[str, Any], exam_controls: dict[str, dict[str
     if exam is not None:
         out.update({"coevo/exam_accuracy": exam["accuracy"], "coevo/exam_low": exam["low"],
                     "coevo/exam_high": exam["high"], "coevo/exam_top_position_share": exam["top_position_share"]})
-        for name in ("minus_untrained", "minus_best_control", "minus_simulation"):
+        for name in ("minus_untrained", "minus_best_control", "minus_simulation", "minus_below_played"):
             if name in exam:
                 out.update({f"coevo/exam_{name}": exam[name]["mean"], f"coevo/exam_{name}_low": exam[name]["low"],
                             f"coevo/exam_{name}_high": exam[name]["high"]})

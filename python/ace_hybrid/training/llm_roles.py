@@ -37,7 +37,8 @@ def make_actors(run: Run, backend: LLMBackend, n: int) -> list[PolicyActor]:
         candidates=ace.candidates, max_rounds=ace.max_rounds, validation_steps=ace.validation_steps,
         min_improvement=ace.min_improvement, min_rho_drop=ace.min_rho_drop, ranker=ace.ranker,
         lac_alpha=ace.lac_alpha, show_effects=ace.show_effects, seed=cfg.train.seed + k,
-        do_nothing_first=ace.do_nothing_first, label_all=ace.label_candidates) for k in range(n)]
+        do_nothing_first=ace.do_nothing_first, label_all=ace.label_candidates,
+        effects_vs_played=ace.effects_vs_played) for k in range(n)]
 
 
 def add_stats(total: ActorStats, delta: ActorStats) -> None:
