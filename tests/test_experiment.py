@@ -900,11 +900,12 @@ def _validation_seeds() -> set[int]:
             for _, seed in read_toml(config, "config").get("env", {}).get("eval_pairs", [])}
 
 
-def _check_coevolution_loop(spec: ex.ExperimentSpec) -> None:
-    """The co-evolution experiment: its judge rows against make run's own ACE and expert-guided RL."""
+def _check_coevolution_loop(spec: ex.ExperimentSpec, judge_id: str) -> None:
+    """The co-evolution experiments: their judge rows against make run's own ACE and expert-guided RL."""
     assert len(spec.seeds) >= 2 and len(spec.primaries) >= 4
     cfg = {row.train_id: spec.row_config(row, 0) for row in spec.rows if row.trains}
-    judge, frozen = cfg["ace-judge"].ace, cfg["ace-judge-frozen"].ace
+    judge, frozen = cfg[judge_id].ace, cfg[f"{judge_id}-frozen"].ace
+    assert judge.effects_vs_played == frozen.effects_vs_played == (judge_id == "ace-judge-vs")
     assert (judge.ranker, judge.coevolve, judge.label_candidates) == ("judge", True, True)
     assert (REPO / judge.exam).is_file() and judge.exam_size >= 150
     assert (frozen.ranker, frozen.coevolve) == ("judge", False) and cfg["ace-sim"].ace.ranker == "sim"
@@ -953,7 +954,16 @@ def test_the_shipped_experiment_files_are_valid(path: Path, tmp_path: Path, monk
     # The top-7 check simulates at most 8 candidates: under a third of the greedy expert's 30.
     assert all(row.topk in (0, 7) for row in spec.rows if row.trains) and spec.greedy_budget >= 3 * 8
     if path.stem == "coevolution_loop":
-        _check_coevolution_loop(spec)
+        _check_coevolution_loop(spec, "ace-judge")
+        return
+    if path.stem == "coevolution_vs_played":  # the same loop, each effect compared with what was played: nothing else
+        _check_coevolution_loop(spec, "ace-judge-vs")
+        loop = ex.load_experiment(REPO / "experiments" / "coevolution_loop.toml")
+        for before, after in zip(loop.rows, spec.rows):
+            cfg = spec.row_config(after, 0) if after.trains else None
+            if cfg is not None:
+                cfg.ace.effects_vs_played = False
+            assert cfg is None or cfg.to_dict() == loop.row_config(before, 0).to_dict(), after.id
         return
     if path.stem == "weeks_idf_2023_all_weeks":  # the confirmation above, and ACE alone against SAC-only and PPO
         assert {"do-nothing", "sac-only", "maskable-ppo", "ace"} <= kinds and "--share" in path.read_text()
