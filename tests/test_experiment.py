@@ -323,6 +323,30 @@ def test_on_validation_tests_every_row_apart_and_reuses_the_trained_runs(finishe
     assert ex.run_experiment(ex.load_experiment(validation), copy, progress=False)["ran"] == []
 
 
+def test_cluster_scenario_resamples_whole_scenarios_in_the_tables_without_playing_again(
+        finished, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    path, out, _ = finished
+    clustered = tmp_path / "clustered.toml"
+    clustered.write_text(path.read_text().replace("test_max_steps = 30", 'test_max_steps = 30\ncluster = "scenario"'))
+    copy = tmp_path / "out"
+    shutil.copytree(out, copy)
+    monkeypatch.setattr(ex.cells, "train_cell", lambda *a, **k: pytest.fail("the run was trained again"))
+    spec = ex.load_experiment(clustered)
+    assert spec.cluster == "scenario" and spec.clusters == [0, 1] and ex.load_experiment(path).clusters is None
+    result = ex.run_experiment(spec, copy, progress=False)
+    assert result["ran"] == []  # statistics only: every cell is reused
+    results = json.loads((copy / "results.json").read_text())
+    assert results["bootstrap"]["cluster"] == "scenario" and "resampling whole scenarios" in results["setup"]
+    expected = ex.compare_rows(result["rows"], spec.seeds, 2, primaries=spec.primaries, clusters=[0, 1])
+    assert [c["lo"] for c in result["comparisons"]] == [c["lo"] for c in expected]
+    for bad in ('"week"', "true"):
+        clustered.write_text(path.read_text().replace("test_max_steps = 30", f"test_max_steps = 30\ncluster = {bad}"))
+        with pytest.raises(ValueError, match=r"cluster = .* must be one of \('pair', 'scenario'\)"):
+            ex.load_experiment(clustered)
+
+
 def test_validation_pairs_are_disjoint_from_test_selection_and_training(tmp_path: Path) -> None:
     def load(pairs: str, on: str = "test"):
         path = write_experiment(tmp_path / "v.toml", extra=f"validation_pairs = {pairs}" if pairs else "")

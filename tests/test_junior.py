@@ -185,6 +185,13 @@ def test_an_experiment_row_tests_the_junior_its_set_names(collection: Path, tmp_
     by_week = subprocess.run([sys.executable, str(tool), str(tmp_path / "out" / "results.json"), "junior-alone",
                               "--by-week", "donothing"], capture_output=True, text=True, check=True).stdout
     assert "resample the " in by_week and by_week.splitlines()[-1].split("|")[3:5] == one.split("|")[3:5]
+    # Results of a file with cluster = "scenario" resample weeks whole without the flag.
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    results["bootstrap"]["cluster"] = "scenario"
+    (tmp_path / "clustered.json").write_text(json.dumps(results))
+    default = subprocess.run([sys.executable, str(tool), str(tmp_path / "clustered.json"), "junior-alone", "donothing"],
+                             capture_output=True, text=True, check=True).stdout
+    assert default == by_week
     weekly = subprocess.run([sys.executable, str(tool), str(tmp_path / "out" / "results.json"), "junior-alone",
                              "donothing", "--per-week"], capture_output=True, text=True, check=True).stdout
     assert "| Week | junior-alone | donothing |" in weekly and weekly.count("\n| 0 | ") == weekly.count("\n| 1 | ") == 1

@@ -12,7 +12,8 @@ doing nothing: issue 33's 80% goal). An id ``a+b+c`` pools rows without training
     python tools/compare_rows.py runs/weeks_idf_2023/results.json --share junior-a+junior-b tutor-8 donothing
 
 ``--by-week`` resamples whole scenarios (weeks) instead of test pairs: the interval to use when several seeds play
-each week, since episodes of one week share its hours. ``--per-week`` adds each named row's survival on each week.
+each week, since episodes of one week share its hours (the default for results of a file with ``cluster =
+"scenario"``). ``--per-week`` adds each named row's survival on each week.
 """
 
 from __future__ import annotations
@@ -54,9 +55,10 @@ def main() -> None:
     if pooled and any(rows[i]["seeds"] != [None] for i in named if "+" not in i):
         parser.error("a pooled row is compared with rows without training seeds only (its replicates are the seeds)")
     seeds = list(range(pooled)) if pooled else results["seeds"]  # the same pair draws either way (drawn first)
-    weeks = [scenario for scenario, _ in results["pairs"]] if args.by_week else None
+    by_week = args.by_week or results.get("bootstrap", {}).get("cluster") == "scenario"  # the file's own setting
+    weeks = [scenario for scenario, _ in results["pairs"]] if by_week else None
     resample = Resample.draw(seeds, len(results["pairs"]), BOOTSTRAP_DRAWS, BOOTSTRAP_SEED, clusters=weeks)
-    if args.by_week:
+    if by_week:
         print(f"Intervals resample the {len(set(weeks))} weeks (scenarios) whole, each with its pairs "
               f"({len(weeks)} pairs in all).")
     if args.ids:

@@ -71,9 +71,9 @@ def run_experiment(spec: ExperimentSpec, out: str | Path, *, progress: bool = Tr
     reused = [c["cell"] for c in cells if c["cell"] not in ran_now]
     rows = aggregate(spec, cells, draws=draws, seed=bootstrap_seed)
     comparisons = compare_rows(rows, spec.seeds, len(spec.pairs), primaries=spec.primaries, holm_metrics=spec.holm,
-                               draws=draws, seed=bootstrap_seed)
+                               draws=draws, seed=bootstrap_seed, clusters=spec.clusters)
     relative = relative_differences(rows, spec.seeds, len(spec.pairs), spec.reward_vs, draws=draws,
-                                    seed=bootstrap_seed)
+                                    seed=bootstrap_seed, clusters=spec.clusters)
     markdown = to_markdown(rows)
     command = spec.command(out)
     write_results(spec, out, {"rows": rows, "comparisons": comparisons, "relative": relative, "cells": cells,

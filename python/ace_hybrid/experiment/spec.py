@@ -16,6 +16,7 @@ An experiment file (TOML) names the environment configuration, the held-out test
     budgets = [20000, 40000, 100000]                      # optional: train once to the largest, test at each
     score = true                                          # optional: grid2op's L2RPN score of every test episode
     holm = ["survival"]                                   # metrics of the Holm family (+ "reward", "score")
+    cluster = "scenario"                                  # optional: intervals resample whole scenarios, not pairs
     reward_vs = [["ACE (policy alone)", "SAC-only (policy alone)"]]  # (A - B) / |B| in episode reward
     paper_note = "ACE vs SAC in episode reward: +x% (paper)"        # the paper's figure, shown beside them
 
@@ -88,6 +89,11 @@ through grid2op's runner, so a cell's test time about doubles (plus two referenc
 (A − B) / |B|, is reported with its bootstrap interval, exploratory; ``paper_note`` (free text) quotes the paper's
 figure beside it.
 
+``cluster``. ``"pair"`` (default): intervals resample test pairs. ``"scenario"``: they resample whole scenarios,
+every pair of a drawn scenario together (:meth:`~ace_hybrid.experiment.statistics.Resample.draw`'s ``clusters``):
+the honest interval when several seeds play each scenario and share its chronics (the generated weeks, whose
+episodes of one week share its last half-week). Results only: no cell is played again.
+
 ``primary``. The comparisons the experiment is run to decide, named before it runs: a list of ``[A, B]`` (A − B in
 survival), each a table row's display name or id (a row with ``deploy_topk`` is named by one of its table rows:
 "ACE (policy alone)" / ``ace-alone``, "ACE + top-7 check" / ``ace-top7``; with budgets "ACE @ 20K (policy alone)" /
@@ -107,6 +113,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, Sequence
 
 from ace_hybrid.config import Config, load_config, read_toml
+from ace_hybrid.experiment.held_out import check_disjoint, check_held_out, pair_list
 from ace_hybrid.experiment.ppo_settings import PPOSettings
 
 BASELINE_KINDS: tuple[str, ...] = ("do-nothing", "reco", "greedy", "tutor", "junior", "lac", "random-candidate")
@@ -136,9 +143,11 @@ EACH_TRAINED_ALONE = "each trained row (policy alone)"
 """In ``primary``: every training table row that tests the policy alone (``deploy_topk`` value 0)."""
 
 _TOP_KEYS = {"name", "description", "config", "set", "ace_set", "seeds", "test_pairs", "validation_pairs",
-             "test_max_steps", "greedy_budget", "rows", "primary", "budgets", "score", "holm", "reward_vs",
+             "test_max_steps", "greedy_budget", "rows", "primary", "budgets", "score", "holm", "cluster", "reward_vs",
              "paper_note"}
 ON = ("test", "validation")
+CLUSTERS = ("pair", "scenario")
+"""Valid values of a file's ``cluster``: what the bootstrap resamples."""
 """The pairs an experiment can test its rows on (``--on``): the held-out test pairs, or the validation pairs on which
 configurations are chosen."""
 _ROW_KEYS = {"name", "id", "kind", "set", "deploy_topk", "deploy_shortlist", "deploy_among", "ppo", "budgets"}
@@ -229,6 +238,8 @@ class ExperimentSpec:
     """The file's ``reward_vs``: rows compared by their relative difference in episode reward."""
     paper_note: str = ""
     """The paper's figure the file quotes beside ``reward_vs`` (free text)."""
+    cluster: str = "pair"
+    """What the intervals resample (the file's ``cluster``, :data:`CLUSTERS`): test pairs, or whole scenarios."""
     smoke: bool = False
     """A smoke version of the file (:func:`ace_hybrid.experiment.smoke.smoke_version`): tiny, not results."""
 
@@ -236,6 +247,11 @@ class ExperimentSpec:
     def pairs(self) -> list[tuple[int, int]]:
         """The (scenario, seed) pairs the rows are tested on now: the test or the validation pairs."""
         return self.validation_pairs if self.on == "validation" else self.test_pairs
+
+    @property
+    def clusters(self) -> list[int] | None:
+        """One label per pair the intervals resample together (its scenario), or None to resample pairs."""
+        return [scenario for scenario, _ in self.pairs] if self.cluster == "scenario" else None
 
     @property
     def suffix(self) -> str:
@@ -467,14 +483,15 @@ def load_experiment(path: str | Path, overrides: Sequence[str] = (), *, rows: Se
         description=str(data.get("description", "")), row_filter=list(rows) if rows is not None else None,
         seeds_replaced=seeds is not None, primaries=_primaries(data.get("primary", []), every_row),
         validation_pairs=validation_pairs, on=on, **_reporting(data, every_row))
-    _check_disjoint("test pair", test_pairs, "validation_pairs", validation_pairs, "configurations are chosen on them")
+    check_disjoint("test pair", test_pairs, "validation_pairs", validation_pairs, "configurations are chosen on them")
     for row, seed in spec.cells():
-        _check_held_out(spec, row, spec.row_config(row, seed))
+        check_held_out(test_pairs, validation_pairs, row.name, row.trains, spec.row_config(row, seed))
     return spec
 
 
 def _reporting(data: dict[str, Any], rows: list[RowSpec]) -> dict[str, Any]:
-    """The file's ``score``, ``holm``, ``reward_vs`` and ``paper_note``, checked (ValueError naming the key)."""
+    """The file's ``score``, ``holm``, ``reward_vs``, ``paper_note`` and ``cluster``, checked (ValueError naming the
+    key)."""
     score = data.get("score", False)
     if not isinstance(score, bool):
         raise ValueError(f"score = {score!r} must be true or false")
@@ -492,7 +509,10 @@ def _reporting(data: dict[str, Any], rows: list[RowSpec]) -> dict[str, Any]:
     note = data.get("paper_note", "")
     if not isinstance(note, str):
         raise ValueError(f"paper_note = {note!r} must be a string")
-    return {"score": score, "holm": tuple(holm), "reward_vs": named, "paper_note": note}
+    cluster = data.get("cluster", "pair")
+    if cluster not in CLUSTERS:
+        raise ValueError(f"cluster = {cluster!r} must be one of {CLUSTERS} (what the intervals resample)")
+    return {"score": score, "holm": tuple(holm), "reward_vs": named, "paper_note": note, "cluster": cluster}
 
 
 def _config_path(data: dict[str, Any], path: Path) -> Path | None:
@@ -529,23 +549,9 @@ def _pairs(data: dict[str, Any], key: str, what: str) -> list[tuple[int, int]]:
     repeated = sorted({p for p in out if out.count(p) > 1})
     if repeated:
         noun = "test pair(s)" if key == "test_pairs" else f"{key}"
-        raise ValueError(f"{noun} {_pair_list(repeated)} appear more than once: each episode counts once in the "
+        raise ValueError(f"{noun} {pair_list(repeated)} appear more than once: each episode counts once in the "
                          f"intervals")
     return out
-
-
-def _pair_list(pairs: Sequence[tuple[int, int]]) -> str:
-    return ", ".join(f"[{s}, {k}]" for s, k in pairs)
-
-
-def _check_disjoint(noun: str, pairs: Sequence[tuple[int, int]], other_name: str,
-                    other: Sequence[tuple[int, int]], why: str) -> None:
-    """ValueError naming every pair of ``pairs`` that is also in ``other``."""
-    shared = [p for p in pairs if p in set(other)]
-    if shared:
-        verb = "is" if len(shared) == 1 else "are"
-        raise ValueError(f"{noun}{'s' if len(shared) > 1 else ''} {_pair_list(shared)} {verb} also in {other_name} "
-                         f"({why}): the sets must be disjoint")
 
 
 def _table_rows(data: dict[str, Any], path: Path, budgets: list[int]) -> list[RowSpec]:
@@ -639,50 +645,3 @@ def _file_row(raw: dict[str, Any], where: str, file_budgets: list[int]) -> list[
     return deployed_rows(row_id, name, kind, _str_list(raw.get("set", []), f"{where}.set"), raw.get("deploy_topk"),
                          where, ppo, _row_budgets(raw, kind, name, where, file_budgets), raw.get("deploy_shortlist"),
                          raw.get("deploy_among"))
-
-
-def _check_held_out(spec: ExperimentSpec, row: RowSpec, cfg: Config) -> None:
-    """Test and validation pairs must be neither checkpoint-selection pairs nor (possibly) training episodes; on a
-    generated set, each takes weeks of its own split (test pairs test weeks; validation and checkpoint-selection
-    pairs validation weeks; training episodes training weeks)."""
-    selection = [(int(s), int(k)) for s, k in cfg.env.eval_pairs]
-    if cfg.env.data:
-        from ace_hybrid.data.splits import check_split_use
-
-        check_split_use(cfg.env.data, [
-            ("test_pairs", "test", [s for s, _ in spec.test_pairs]),
-            ("validation_pairs", "validation", [s for s, _ in spec.validation_pairs]),
-            (f"env.eval_pairs of row {row.name!r}", "validation", [s for s, _ in selection]),
-            *([(f"env.train_scenarios of row {row.name!r}", "train", list(cfg.env.train_scenarios))]
-              if row.trains else []),
-            *_junior_weeks(row, cfg)])
-    for noun, pairs in (("test pair", spec.test_pairs), ("validation pair", spec.validation_pairs)):
-        _check_disjoint(noun, pairs, "env.eval_pairs", selection, f"row {row.name!r}: they choose best.pt")
-        if row.trains:
-            _check_not_trained_on(noun, pairs, row, cfg)
-
-
-def _junior_weeks(row: RowSpec, cfg: Config) -> list[tuple[str, str, list[int]]]:
-    """The split use of the weeks a row's junior (``train.init_policy``) was fitted on, when the file is there yet
-    (a missing one fails the row's cells by name)."""
-    path = Path(cfg.train.init_policy) if cfg.train.init_policy else None
-    if path is None or not path.is_file():
-        return []
-    from ace_hybrid.training.checkpoint import read_torch_file
-    from ace_hybrid.training.junior_file import checked_junior, is_junior, learnt_from
-
-    state = read_torch_file(path)
-    if not is_junior(state):  # a training checkpoint: its run's weeks are checked where it trains
-        return []
-    return [(f"the weeks train.init_policy = {path} of row {row.name!r} learnt from", "train",
-             learnt_from(checked_junior(state, path)))]
-
-
-def _check_not_trained_on(noun: str, pairs: Sequence[tuple[int, int]], row: RowSpec, cfg: Config) -> None:
-    """Training episode k plays (train_scenarios[k % n], train_seed_start + k), at most total_env_steps of them."""
-    scenarios = cfg.env.train_scenarios
-    for scenario, seed in pairs:
-        k = seed - cfg.env.train_seed_start
-        if 0 <= k < cfg.train.total_env_steps and scenarios[k % len(scenarios)] == scenario:
-            raise ValueError(f"{noun} [{scenario}, {seed}] may be training episode {k} of row {row.name!r} "
-                             f"(env.train_seed_start = {cfg.env.train_seed_start}): pick other seeds")

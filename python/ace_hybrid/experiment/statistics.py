@@ -260,14 +260,16 @@ def comparisons_to_make(rows: Sequence[dict[str, Any]]) -> list[tuple[str, str, 
 
 def compare_rows(rows: Sequence[dict[str, Any]], seeds: Sequence[int], n_pairs: int, *,
                  primaries: Sequence[Primary] = (), holm_metrics: Sequence[str] = ("survival",),
-                 draws: int = BOOTSTRAP_DRAWS, seed: int = BOOTSTRAP_SEED) -> list[dict[str, Any]]:
+                 draws: int = BOOTSTRAP_DRAWS, seed: int = BOOTSTRAP_SEED,
+                 clusters: Sequence[Any] | None = None) -> list[dict[str, Any]]:
     """The paired survival differences (see :func:`paired_difference`), each with the names of its rows, why it is
     made and whether it is primary, and its differences in the secondary metrics under ``"secondary"`` (metric key ->
     :func:`paired_difference`'s figures): first the ``primaries`` in their order, with ``p_holm`` (:func:`holm` over
     all of them, and over their secondary differences in the metrics ``holm_metrics`` names: "survival", "reward",
     "score"; a primary whose rows did not run counts, with no data), then the exploratory comparisons of
-    :func:`comparisons_to_make` that are not already primary (either way round)."""
-    resample = Resample.draw(seeds, n_pairs, draws, seed)
+    :func:`comparisons_to_make` that are not already primary (either way round). ``clusters``: as
+    :meth:`Resample.draw`'s."""
+    resample = Resample.draw(seeds, n_pairs, draws, seed, clusters)
     by_id = {r["id"]: r for r in rows if r["n"]}
     declared = comparisons_to_make([r for r in rows if r["n"]])
     reasons = {(a, b): why for a, b, why in declared}
@@ -330,10 +332,10 @@ def relative_difference(resample: Resample, a: dict[str, Any], b: dict[str, Any]
 
 def relative_differences(rows: Sequence[dict[str, Any]], seeds: Sequence[int], n_pairs: int,
                          named: Sequence[Primary], *, draws: int = BOOTSTRAP_DRAWS,
-                         seed: int = BOOTSTRAP_SEED) -> list[dict[str, Any]]:
+                         seed: int = BOOTSTRAP_SEED, clusters: Sequence[Any] | None = None) -> list[dict[str, Any]]:
     """The file's ``reward_vs`` comparisons (:func:`relative_difference` in episode reward), on the draws of
     :func:`compare_rows`, each with its rows' names; figures of None for a row that did not run."""
-    resample = Resample.draw(seeds, n_pairs, draws, seed)
+    resample = Resample.draw(seeds, n_pairs, draws, seed, clusters)
     by_id = {r["id"]: r for r in rows if r["n"]}
     out = []
     for p in named:
@@ -374,11 +376,12 @@ def aggregate(spec: ExperimentSpec, cells: list[dict[str, Any]], *, draws: int =
     """The table's rows, each with its per-episode matrices and, per metric, its value and interval.
 
     Test metrics (:data:`~ace_hybrid.experiment.metrics.TEST_METRICS`): ``{"value"`` (pooled over the row's
-    episodes), ``"lo", "hi"`` (the 95% bootstrap interval of :class:`Resample`), ``"values"`` (per seed), ``"mean",
+    episodes), ``"lo", "hi"`` (the 95% bootstrap interval of :class:`Resample`, over the file's ``cluster``),
+    ``"values"`` (per seed), ``"mean",
     "std"`` (over seeds; std with 2+ values)``}``. Training costs: ``{"values", "mean", "std"}``.
     """
     rows = [_row_record(spec, row, [c for c in cells if c["row"] == row.id]) for row in spec.rows]
-    resample = Resample.draw(spec.seeds, len(spec.pairs), draws, seed)
+    resample = Resample.draw(spec.seeds, len(spec.pairs), draws, seed, spec.clusters)
     for record in rows:
         mine = [c for c in cells if c["row"] == record["id"]]
         for key, *_ in (*TEST_METRICS, *TRAIN_METRICS):

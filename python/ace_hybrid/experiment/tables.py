@@ -256,6 +256,8 @@ def setup_text(spec: ExperimentSpec, cells: list[dict[str, Any]], draws: int, se
     episodes = (f"{len(spec.pairs)} held-out test episodes (scenario, seed)" if spec.on == "test" else
                 f"{len(spec.pairs)} validation episodes (scenario, seed), where configurations are chosen; the "
                 f"{len(spec.test_pairs)} test pairs are not played here")
+    resampled = ("whole scenarios (every pair of a drawn scenario together: its seeds share its chronics)"
+                 if spec.cluster == "scenario" else "test pairs")
     return (f"Environment: {', '.join(envs)}. {episodes}: "
             f"{pairs}{cut}. Seeds of the training rows: {', '.join(map(str, spec.seeds))}; baselines are "
             f"deterministic on fixed episodes and run once.{selection} Survival is total steps survived / total steps "
@@ -263,7 +265,7 @@ def setup_text(spec: ExperimentSpec, cells: list[dict[str, Any]], draws: int, se
             f"is the environment's reward summed over an episode, averaged over the episodes."
             f"{_score_text(spec, cells)} {SIMULATIONS_NOTE} "
             f"Training costs are means over seeds; times are wall-clock seconds. [95% CI]: percentile bootstrap, "
-            f"{draws:,} draws (numpy default_rng({seed})), resampling test pairs and training seeds (crossed), the "
+            f"{draws:,} draws (numpy default_rng({seed})), resampling {resampled} and training seeds (crossed), the "
             f"same draws for every row; with {len(spec.seeds)} seed(s) the seed level is coarse.")
 
 
@@ -300,7 +302,7 @@ def write_results(spec: ExperimentSpec, out: Path, tables: dict[str, Any], machi
                "test_max_steps": spec.test_max_steps, "score": spec.score, "setup": tables["setup"],
                "machine": machine,
                "bootstrap": {"draws": tables["draws"], "seed": tables["seed"], "level": LEVEL,
-                             "method": BOOTSTRAP_METHOD,
+                             "method": BOOTSTRAP_METHOD, "cluster": spec.cluster,
                              "survival": "total steps survived / total steps playable over a row's episodes"},
                "holm": list(spec.holm), "rows": tables["rows"], "comparisons": tables["comparisons"],
                "reward_vs": tables.get("relative", []), "paper_note": spec.paper_note, "cells": tables["cells"]}
