@@ -146,10 +146,10 @@ _TOP_KEYS = {"name", "description", "config", "set", "ace_set", "seeds", "test_p
              "test_max_steps", "greedy_budget", "rows", "primary", "budgets", "score", "holm", "cluster", "reward_vs",
              "paper_note"}
 ON = ("test", "validation")
-CLUSTERS = ("pair", "scenario")
-"""Valid values of a file's ``cluster``: what the bootstrap resamples."""
 """The pairs an experiment can test its rows on (``--on``): the held-out test pairs, or the validation pairs on which
 configurations are chosen."""
+CLUSTERS = ("pair", "scenario")
+"""Valid values of a file's ``cluster``: what the bootstrap resamples."""
 _ROW_KEYS = {"name", "id", "kind", "set", "deploy_topk", "deploy_shortlist", "deploy_among", "ppo", "budgets"}
 BUDGET_KINDS: tuple[str, ...] = ("sac-only", "expert-guided", "ace")
 """Training rows that keep a best.pt per budget (``budgets``); MaskablePPO keeps no checkpoints."""

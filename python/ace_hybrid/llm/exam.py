@@ -29,9 +29,9 @@ import numpy as np
 
 from ace_hybrid.llm.rankers import CandidateEffect, ChoiceProblem, Ranker, neutral_order, points_vs_played
 
-__all__ = ["BELOW_PLAYED", "EXAM_SPLITS", "PROBLEM_FORMAT", "Exam", "below_played_choice", "bootstrap", "choice_problem",
-           "expected_random", "first_choices", "good_rate", "paired", "position_controls", "read_problem_set",
-           "select", "split_of"]
+__all__ = ["BELOW_PLAYED", "EXAM_SPLITS", "PROBLEM_FORMAT", "Exam", "below_played_choice", "bootstrap",
+           "choice_problem", "expected_random", "first_choices", "good_rate", "paired", "position_controls",
+           "read_problem_set", "select", "split_of"]
 
 PROBLEM_FORMAT = 2
 """Format of the labelled problem sets this module reads."""
