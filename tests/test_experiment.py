@@ -967,7 +967,7 @@ def test_the_shipped_experiment_files_are_valid(path: Path, tmp_path: Path, monk
         assert tested == validated == set(env.train_scenarios)
     assert ex.load_experiment(path, on="validation").pairs == spec.validation_pairs
     if path.stem in ("budget_study", "temperature_bound", "critic_divergence", "selection_wcci_2020",
-                     "search_neurips", "do_nothing_first", "junior_idf_2023") or \
+                     "search_neurips", "do_nothing_first", "junior_idf_2023", "junior_anchor_neurips") or \
             path.stem.startswith("action_sets_"):
         # studies that choose a configuration
         assert "--on validation" in path.read_text()
@@ -988,6 +988,16 @@ def test_the_shipped_experiment_files_are_valid(path: Path, tmp_path: Path, monk
             if cfg is not None:
                 cfg.ace.effects_vs_played = False
             assert cfg is None or cfg.to_dict() == loop.row_config(before, 0).to_dict(), after.id
+        return
+    if path.stem == "junior_anchor_neurips_confirm":  # the study's trainings, played on pairs it never played
+        study = ex.load_experiment(REPO / "experiments" / "junior_anchor_neurips.toml")
+        theirs = {r.train_id: r for r in study.rows if r.trains}
+        for row in (r for r in spec.rows if r.trains):
+            for seed in spec.seeds:
+                assert ex.training_fingerprint(spec.row_config(row, seed)) == ex.training_fingerprint(
+                    study.row_config(theirs[row.train_id], seed)), row.id
+        assert not set(spec.test_pairs) & (set(study.test_pairs) | set(study.validation_pairs))
+        assert len(spec.primaries) == 5 and "--share" in path.read_text()
         return
     if path.stem == "weeks_idf_2023_all_weeks":  # the confirmation above, and ACE alone against SAC-only and PPO
         assert {"do-nothing", "sac-only", "maskable-ppo", "ace"} <= kinds and "--share" in path.read_text()

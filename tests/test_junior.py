@@ -130,6 +130,31 @@ def test_a_run_starts_from_the_junior_and_refuses_one_of_another_action_set(coll
         train(load_config(None, [*base, "env.action_set=tutor:4"]), tmp_path / "other")
 
 
+def test_an_anchored_run_evaluates_its_junior_first_and_resumes_with_its_anchor(collection: Path,
+                                                                              tmp_path: Path) -> None:
+    """train.eval_at_start: the junior is evaluated at step 0 and best.pt starts as it; sac.anchor_weight: the
+    updates report the KL to the junior, which the checkpoint keeps, and a resumed run goes on from it."""
+    path = save_junior(tmp_path / "junior.pt", fit_junior(collection, epochs=2, progress=False))
+    cfg = load_config(None, [*COLLECT, "train.total_env_steps=120", "train.updates_per_decision=2",
+                             "train.learning_starts=8", "train.eval_every=0", "train.eval_at_start=true",
+                             "log.tensorboard=false", f"train.init_policy={path}", "sac.anchor_weight=5"])
+    run = tmp_path / "run"
+    assert train(cfg, run, total_env_steps=60)["updates"] > 0
+    assert (run / "eval" / "step-00000000").exists() and (run / "best.pt").exists()
+    junior = load_junior(path)["actor"]
+    saved = torch.load(run / "checkpoint.pt", weights_only=True)["sac"]
+    for key, value in junior.items():
+        torch.testing.assert_close(saved["anchor"][key], value)  # the anchor is the junior, however the actor moved
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert any(m.get("sac/anchor_kl", 0) > 0 for m in metrics)
+    first = (run / "eval" / "step-00000000").stat().st_mtime_ns
+    assert train(None, run, resume=True, total_env_steps=120)["env_steps"] == 120
+    assert (run / "eval" / "step-00000000").stat().st_mtime_ns == first  # not evaluated at the start again
+    resumed = torch.load(run / "checkpoint.pt", weights_only=True)["sac"]
+    for key, value in junior.items():
+        torch.testing.assert_close(resumed["anchor"][key], value)
+
+
 def test_junior_files_refuse_foreign_and_bad_arguments(collection: Path, tmp_path: Path) -> None:
     torch.save({"format": 1, "kind": "something"}, tmp_path / "x.pt")
     with pytest.raises(ValueError, match="not an ace_hybrid junior file"):

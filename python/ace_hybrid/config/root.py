@@ -45,6 +45,10 @@ class Config:
             raise ValueError(f"train.samples_per_insert = {self.train.samples_per_insert:g} with train.workers = 0: "
                              f"the in-process loop samples train.updates_per_decision x sac.batch_size = {fixed} per "
                              f"insert; set it to 0 or {fixed}, or use workers")
+        if self.sac.anchor_weight > 0 and not self.train.init_policy:
+            raise ValueError(f"sac.anchor_weight = {self.sac.anchor_weight:g} holds the policy near the junior it "
+                             "started from, and train.init_policy names none: set train.init_policy or "
+                             "sac.anchor_weight = 0")
         if self.replay.rl_capacity < self.sac.batch_size:
             raise ValueError(f"replay.rl_capacity = {self.replay.rl_capacity} must be >= sac.batch_size = "
                              f"{self.sac.batch_size}")

@@ -47,6 +47,12 @@ class SACConfig:
     update-to-data learners use against diverging critics (Ball et al. 2023, RLPD). Measured here
     (experiments/critic_divergence.toml): it slowed the divergence with the temperature bounded, did not stop it,
     and did not change survival; off by default."""
+    anchor_weight: float = 0.0
+    """Weight of KL(pi_start(. | s) || pi(. | s)), averaged over each batch's states, added to the actor's loss:
+    pi_start is the actor as the run started (train.init_policy's junior), held fixed, so RL moves the policy away
+    from the junior only where its critics earn it (behaviour-regularised RL; the warm start alone lost the
+    junior's gain, docs/results.md). Dense over the legal actions (B x n per update). 0 (default): off; > 0 needs
+    train.init_policy."""
     target_entropy_ratio: float = 0.5
     """Target entropy per state = ratio * log(number of legal actions), ratio in [0, 1] (see the module doc)."""
     grad_clip: float = 10.0
@@ -95,6 +101,8 @@ class SACConfig:
             v = getattr(self, name)
             if not is_real(v) or not (0.0 <= v <= 1.0):
                 raise bad(name, "a number in [0, 1]")
+        if not is_real(self.anchor_weight) or not 0.0 <= self.anchor_weight <= 1000.0:
+            raise bad("anchor_weight", "a number in [0, 1000]")
         if not is_real(self.grad_clip) or not self.grad_clip > 0.0:
             raise bad("grad_clip", "a number in (0, inf]")
         if isinstance(self.policy_samples, bool) or not isinstance(self.policy_samples, numbers.Integral) \

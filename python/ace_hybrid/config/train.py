@@ -27,6 +27,9 @@ class TrainConfig:
     """SAC updates after each stored decision."""
     eval_every: int = 5_000
     """Evaluate on the held-out pairs every this many environment steps (0: only at the end)."""
+    eval_at_start: bool = False
+    """Also evaluate before the first step, so that best.pt can be the policy the run started from (the junior of
+    train.init_policy) when no later evaluation beats it, and the learning curve has its starting point."""
     checkpoint_every: int = 2_000
     """Write a checkpoint every this many environment steps (and at the end)."""
     keep_best_at: list[int] = field(default_factory=list)

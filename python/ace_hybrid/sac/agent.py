@@ -80,6 +80,8 @@ class DiscreteSAC(SACPolicy):
         self._policy_generator = torch.Generator().manual_seed(self.seed ^ _POLICY_STREAM)
         self._n_updates = 0
         self._imitation_loss: float | None = None
+        self.anchor: ScoreNet | None = None
+        self._anchor_kl: float | None = None
         self._workspace: Workspace | None = None
 
     # ---------------------------------------------------------------------------------- properties
@@ -99,6 +101,15 @@ class DiscreteSAC(SACPolicy):
         o, m = self._one_state(obs, mask)
         q = torch.minimum(self._scores("q1", o), self._scores("q2", o))[0].cpu().numpy()
         return np.where(m, q, np.float32(-np.inf)).astype(np.float32, copy=False)
+
+    def set_anchor(self) -> None:
+        """Hold the actor as it is now (the junior a run starts from) as the anchor of ``sac.anchor_weight``: a
+        frozen copy, saved with the agent's state."""
+        with torch.random.fork_rng(devices=[]):  # a new network draws weights: not from the caller's stream
+            anchor = ScoreNet(self.obs_dim, self.n_actions, self.cfg, self._features)  # (deepcopy: sparse features)
+        anchor.load_state_dict(self.actor.state_dict())
+        self.anchor = anchor.to(self.device).requires_grad_(False)
+        self._factor_cache.pop("anchor", None)
 
     # ---------------------------------------------------------------------------------- learning
 
@@ -162,6 +173,8 @@ class DiscreteSAC(SACPolicy):
         }
         if self._imitation_loss is not None:
             metrics["imitation_loss"] = self._imitation_loss
+        if self._anchor_kl is not None:
+            metrics["anchor_kl"] = self._anchor_kl
         return UpdateResult(td.cpu().numpy().astype(np.float32, copy=False), metrics)
 
     def _tensors(self, batch: UpdateBatch) -> dict[str, torch.Tensor]:
@@ -176,7 +189,7 @@ class DiscreteSAC(SACPolicy):
         rows = np.flatnonzero(weights > 0)
         extra = {"legal_packed": packed, "next_packed": pack_mask(batch.next_legal_mask),
                  "n_legal": count_legal(packed, batch.legal_mask), "imit_rows": rows.astype(np.int64),
-                 "imit_w": weights[rows], "imit_mask": batch.legal_mask[rows]}
+                 "imit_w": weights[rows], "imit_mask": batch.legal_mask[rows], "legal_mask": batch.legal_mask}
         return {**b, **{name: torch.from_numpy(x).to(self.device) for name, x in extra.items()}}
 
     def _apply_actor_gradient(self, h: torch.Tensor, d_h: torch.Tensor, emb: torch.Tensor, d_emb: torch.Tensor,
@@ -208,6 +221,25 @@ class DiscreteSAC(SACPolicy):
         g[torch.arange(rows.numel(), device=g.device), a] -= w
         d_h.index_add_(0, rows, g @ pi.emb)
         d_emb.add_(g.T @ h)
+        d_bias.add_(g.sum(0))
+
+    def _add_anchor(self, pi: Factors, b: dict[str, torch.Tensor], d_h: torch.Tensor, d_emb: torch.Tensor,
+                    d_bias: torch.Tensor) -> None:
+        """Add the gradient of ``anchor_weight * mean_s KL(pi_anchor(.|s) || pi(.|s))`` to the actor's logit
+        gradients, in place: ``weight / B * (pi - pi_anchor)`` per state, dense over the legal actions (B x n);
+        keeps the mean KL for the metrics. Nothing without an anchor or at weight 0."""
+        weight = self.cfg.anchor_weight
+        if self.anchor is None or weight == 0.0:
+            self._anchor_kl = None
+            return
+        obs, illegal = b["obs"], ~b["legal_mask"]
+        logp = torch.log_softmax((pi.h @ pi.emb.T + pi.bias).masked_fill(illegal, MASKED), dim=1)
+        logp0 = torch.log_softmax(self._scores("anchor", obs).masked_fill(illegal, MASKED), dim=1)
+        p0 = logp0.exp()
+        self._anchor_kl = float(torch.where(illegal, 0.0, p0 * (logp0 - logp)).sum(1).mean())
+        g = (logp.exp() - p0) * (weight / obs.shape[0])
+        d_h.add_(g @ pi.emb)
+        d_emb.add_(g.T @ pi.h)
         d_bias.add_(g.sum(0))
 
     def _workspace_for(self, bsz: int) -> Workspace:
@@ -268,6 +300,7 @@ class DiscreteSAC(SACPolicy):
             d_h, d_emb, d_bias = policy_gradient(pi, st, ws, 1.0 / obs.shape[0],
                                                  self._buffer("actor.d_emb", *pi.emb.shape))
             self._add_imitation(pi, b, d_h, d_emb, d_bias)
+            self._add_anchor(pi, b, d_h, d_emb, d_bias)
         return loss, entropy, self._apply_actor_gradient(h, d_h, pi.emb, d_emb, d_bias)
 
     def _actor_step_sampled(self, b: dict[str, torch.Tensor], alpha: float,
@@ -299,6 +332,7 @@ class DiscreteSAC(SACPolicy):
                 0, flat, (coef[:, :, None] * pi.h[:, None, :]).flatten(0, 1))
             d_bias = torch.zeros_like(pi.bias).index_add_(0, flat, coef.reshape(-1))
             self._add_imitation(pi, b, d_h, d_emb, d_bias)
+            self._add_anchor(pi, b, d_h, d_emb, d_bias)
         return loss, entropy, self._apply_actor_gradient(h, d_h, pi.emb, d_emb, d_bias)
 
     def _alpha_step(self, entropy: torch.Tensor, target_entropy: torch.Tensor) -> torch.Tensor:
@@ -337,6 +371,7 @@ class DiscreteSAC(SACPolicy):
             "generator": tuple(self._generator.get_state()),
             "policy_generator": self._policy_generator.get_state(),
             "n_updates": self._n_updates,
+            "anchor": None if self.anchor is None else self.anchor.state_dict(),
         }
         for name, mod in self._modules().items():
             state[name] = mod.state_dict()
@@ -385,6 +420,9 @@ class DiscreteSAC(SACPolicy):
         else:
             self._policy_generator.manual_seed(self.seed ^ _POLICY_STREAM)
         self._n_updates = int(state["n_updates"])
+        if state.get("anchor") is not None:  # absent from states written before SACConfig.anchor_weight
+            self.set_anchor()
+            self.anchor.load_state_dict(state["anchor"])
         self._factor_cache.clear()
 
 

@@ -25,7 +25,7 @@ from ace_hybrid.sac.stream import MASKED
 if TYPE_CHECKING:
     from ace_hybrid.sac.agent import DiscreteSAC, UpdateResult
 
-__all__ = ["imitation_terms", "policy_loss", "reference_update", "soft_policy"]
+__all__ = ["anchor_terms", "imitation_terms", "policy_loss", "reference_update", "soft_policy"]
 
 _BLOCK_FLOATS = 1 << 20
 """Elements of one (rows, n) block: 4 MB of float32 (15 states at 67,105 actions)."""
@@ -66,6 +66,15 @@ def imitation_terms(logits: torch.Tensor, legal: torch.Tensor, action: torch.Ten
     log_pi, pi, _ = soft_policy(logits, legal)
     chosen = torch.nn.functional.one_hot(action, logits.shape[1]).to(logits.dtype)
     return -weight * (log_pi * chosen).sum(1), weight[:, None] * (pi - chosen)
+
+
+def anchor_terms(logits: torch.Tensor, legal: torch.Tensor, anchor_logits: torch.Tensor,
+                 weight: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """KL(pi_anchor || pi) per row over the legal actions and ``weight`` times its gradient with respect to the
+    logits, ``weight * (pi - pi_anchor)``."""
+    log_pi, pi, _ = soft_policy(logits, legal)
+    log_p0, p0, _ = soft_policy(anchor_logits, legal)
+    return torch.where(legal, p0 * (log_p0 - log_pi), 0.0).sum(1), weight * (pi - p0)
 
 
 def reference_update(agent: DiscreteSAC, batch: UpdateBatch) -> UpdateResult:
@@ -109,7 +118,7 @@ def _soft_target(agent: DiscreteSAC, b: dict[str, torch.Tensor], next_legal: tor
 
 def _actor_step(agent: DiscreteSAC, b: dict[str, torch.Tensor], legal: torch.Tensor,
                 alpha: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The actor's loss mean_s loss(s) (the just-updated critics' Q, no gradient), plus the imitation term; its
+    """The actor's loss mean_s loss(s) (the just-updated critics' Q, no gradient), plus the imitation and anchor terms; its
     gradient with respect to the (B, n) logits by blocks of states, back-propagated through h and the action factors
     by autograd; clip, step. Returns (loss without the imitation term, per-state entropy, gradient norm)."""
     obs, bsz = b["obs"], b["obs"].shape[0]
@@ -119,8 +128,11 @@ def _actor_step(agent: DiscreteSAC, b: dict[str, torch.Tensor], legal: torch.Ten
     grad = torch.empty(bsz, agent.n_actions, dtype=h.dtype, device=h.device)
     imitated = bool((b["imitation"] > 0).any())
     imitation_loss = torch.zeros((), dtype=h.dtype, device=h.device)
+    anchored = agent.anchor is not None and agent.cfg.anchor_weight > 0
+    anchor_kl = torch.zeros((), dtype=h.dtype, device=h.device)
     with torch.no_grad():
         critics = [(net.state_factor(obs), net.action_factors()) for net in (agent.q1, agent.q2)]
+        anchor = (agent.anchor.state_factor(obs), agent.anchor.action_factors()) if anchored else None
         for rows in _row_blocks(bsz, agent.n_actions):
             logits = _scores(h[rows], (emb, bias))
             q = torch.minimum(*(_scores(hq[rows], f) for hq, f in critics))
@@ -129,8 +141,14 @@ def _actor_step(agent: DiscreteSAC, b: dict[str, torch.Tensor], legal: torch.Ten
                 terms, g = imitation_terms(logits, legal[rows], b["action"][rows], b["imitation"][rows])
                 imitation_loss += terms.sum()
                 grad[rows] += g
+            if anchor is not None:
+                start = _scores(anchor[0][rows], anchor[1])
+                kl, g = anchor_terms(logits, legal[rows], start, agent.cfg.anchor_weight)
+                anchor_kl += kl.sum()
+                grad[rows] += g
         grad /= bsz
     agent._imitation_loss = float(imitation_loss) / bsz if imitated else None
+    agent._anchor_kl = float(anchor_kl) / bsz if anchored else None
     agent.actor_opt.zero_grad(set_to_none=True)
     torch.autograd.backward([h, emb, bias], [grad @ emb.detach(), grad.t() @ h.detach(), grad.sum(0)])
     norm = torch.nn.utils.clip_grad_norm_(agent.actor.parameters(), agent.cfg.grad_clip)

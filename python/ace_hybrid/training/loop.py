@@ -163,6 +163,8 @@ def _open(cfg: Config | None, run_dir: Path, resume: bool, total_env_steps: int 
 
         if cfg.train.init_policy:
             init_from_junior(run, cfg.train.init_policy)
+            if cfg.sac.anchor_weight > 0:
+                run.sac.set_anchor()
         if cfg.train.tutor_data:
             store_tutor_data(run, cfg.train.tutor_data)
     attach_llm(run)
@@ -217,6 +219,9 @@ def learn(run: Run, bar: Any, executor: Executor | None = None) -> None:
     before it builds the run); None makes the run's own."""
     cfg, c = run.cfg, run.counters
     run.throughput = Throughput(cfg.train.workers, c.env_steps, c.updates)
+    if cfg.train.eval_at_start and c.env_steps == 0 and not c.eval_history:  # the policy the run starts from
+        evaluate_and_keep_best(run)
+        save_checkpoint(run)
     if keep_best_at_budgets(run):  # reached by a run that stopped before it could keep them
         save_checkpoint(run)
     if c.env_steps >= cfg.train.total_env_steps:  # a resumed run whose budget is spent: no worker to start
