@@ -120,7 +120,7 @@ def test_the_anchor_is_saved_with_the_agent_and_older_states_load_without_it() -
 
 
 def test_the_anchor_settings_are_checked() -> None:
-    with pytest.raises(ValueError, match=r"SACConfig.anchor_weight = -1.0 is invalid: expected a number in \[0, 1000\]"):
+    with pytest.raises(ValueError, match=r"anchor_weight = -1.0 is invalid: expected a number in \[0, 1000\]"):
         SACConfig(anchor_weight=-1.0).validate()
     with pytest.raises(ValueError, match="sac.anchor_weight = 0.5 .* train.init_policy names none"):
         load_config(None, ["env.name=l2rpn_case14_sandbox", "sac.anchor_weight=0.5"])

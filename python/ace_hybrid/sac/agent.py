@@ -105,8 +105,10 @@ class DiscreteSAC(SACPolicy):
     def set_anchor(self) -> None:
         """Hold the actor as it is now (the junior a run starts from) as the anchor of ``sac.anchor_weight``: a
         frozen copy, saved with the agent's state."""
-        with torch.random.fork_rng(devices=[]):  # a new network draws weights: not from the caller's stream
-            anchor = ScoreNet(self.obs_dim, self.n_actions, self.cfg, self._features)  # (deepcopy: sparse features)
+        # A new network, not a deepcopy (torch cannot copy the sparse feature matrix); its initial draws must not
+        # advance the caller's random stream.
+        with torch.random.fork_rng(devices=[]):
+            anchor = ScoreNet(self.obs_dim, self.n_actions, self.cfg, self._features)
         anchor.load_state_dict(self.actor.state_dict())
         self.anchor = anchor.to(self.device).requires_grad_(False)
         self._factor_cache.pop("anchor", None)

@@ -118,9 +118,10 @@ def _soft_target(agent: DiscreteSAC, b: dict[str, torch.Tensor], next_legal: tor
 
 def _actor_step(agent: DiscreteSAC, b: dict[str, torch.Tensor], legal: torch.Tensor,
                 alpha: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The actor's loss mean_s loss(s) (the just-updated critics' Q, no gradient), plus the imitation and anchor terms; its
-    gradient with respect to the (B, n) logits by blocks of states, back-propagated through h and the action factors
-    by autograd; clip, step. Returns (loss without the imitation term, per-state entropy, gradient norm)."""
+    """The actor's loss mean_s loss(s) (the just-updated critics' Q, no gradient), plus the imitation and anchor
+    terms; its gradient with respect to the (B, n) logits by blocks of states, back-propagated through h and the
+    action factors by autograd; clip, step. Returns (loss without those two terms, per-state entropy, gradient
+    norm)."""
     obs, bsz = b["obs"], b["obs"].shape[0]
     h = agent.actor.state_factor(obs)
     emb, bias = agent.actor.action_factors()
