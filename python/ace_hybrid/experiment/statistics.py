@@ -377,7 +377,8 @@ def aggregate(spec: ExperimentSpec, cells: list[dict[str, Any]], *, draws: int =
 
     Test metrics (:data:`~ace_hybrid.experiment.metrics.TEST_METRICS`): ``{"value"`` (pooled over the row's
     episodes), ``"lo", "hi"`` (the 95% bootstrap interval of :class:`Resample`, over the file's ``cluster``),
-    ``"values"`` (per seed), ``"mean", "std"`` (over seeds; std with 2+ values)``}``. Training costs: ``{"values", "mean", "std"}``.
+    ``"values"`` (per seed), ``"mean", "std"`` (over seeds; std with 2+ values)``}``. Training costs: ``{"values",
+    "mean", "std"}``.
     """
     rows = [_row_record(spec, row, [c for c in cells if c["row"] == row.id]) for row in spec.rows]
     resample = Resample.draw(spec.seeds, len(spec.pairs), draws, seed, spec.clusters)

@@ -102,6 +102,11 @@ class DiscreteSAC(SACPolicy):
         q = torch.minimum(self._scores("q1", o), self._scores("q2", o))[0].cpu().numpy()
         return np.where(m, q, np.float32(-np.inf)).astype(np.float32, copy=False)
 
+    @property
+    def _anchored(self) -> bool:
+        """Whether updates add the anchor's term: an anchor is set and ``sac.anchor_weight`` > 0."""
+        return self.anchor is not None and self.cfg.anchor_weight > 0
+
     def set_anchor(self) -> None:
         """Hold the actor as it is now (the junior a run starts from) as the anchor of ``sac.anchor_weight``: a
         frozen copy, saved with the agent's state."""
@@ -191,7 +196,9 @@ class DiscreteSAC(SACPolicy):
         rows = np.flatnonzero(weights > 0)
         extra = {"legal_packed": packed, "next_packed": pack_mask(batch.next_legal_mask),
                  "n_legal": count_legal(packed, batch.legal_mask), "imit_rows": rows.astype(np.int64),
-                 "imit_w": weights[rows], "imit_mask": batch.legal_mask[rows], "legal_mask": batch.legal_mask}
+                 "imit_w": weights[rows], "imit_mask": batch.legal_mask[rows]}
+        if self._anchored:  # the dense (B, n) mask only where the anchor's term needs it (a copy per update on a GPU)
+            extra["legal_mask"] = batch.legal_mask
         return {**b, **{name: torch.from_numpy(x).to(self.device) for name, x in extra.items()}}
 
     def _apply_actor_gradient(self, h: torch.Tensor, d_h: torch.Tensor, emb: torch.Tensor, d_emb: torch.Tensor,
@@ -230,10 +237,10 @@ class DiscreteSAC(SACPolicy):
         """Add the gradient of ``anchor_weight * mean_s KL(pi_anchor(.|s) || pi(.|s))`` to the actor's logit
         gradients, in place: ``weight / B * (pi - pi_anchor)`` per state, dense over the legal actions (B x n);
         keeps the mean KL for the metrics. Nothing without an anchor or at weight 0."""
-        weight = self.cfg.anchor_weight
-        if self.anchor is None or weight == 0.0:
+        if not self._anchored:
             self._anchor_kl = None
             return
+        weight = self.cfg.anchor_weight
         obs, illegal = b["obs"], ~b["legal_mask"]
         logp = torch.log_softmax((pi.h @ pi.emb.T + pi.bias).masked_fill(illegal, MASKED), dim=1)
         logp0 = torch.log_softmax(self._scores("anchor", obs).masked_fill(illegal, MASKED), dim=1)

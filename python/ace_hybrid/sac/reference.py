@@ -129,7 +129,7 @@ def _actor_step(agent: DiscreteSAC, b: dict[str, torch.Tensor], legal: torch.Ten
     grad = torch.empty(bsz, agent.n_actions, dtype=h.dtype, device=h.device)
     imitated = bool((b["imitation"] > 0).any())
     imitation_loss = torch.zeros((), dtype=h.dtype, device=h.device)
-    anchored = agent.anchor is not None and agent.cfg.anchor_weight > 0
+    anchored = agent._anchored
     anchor_kl = torch.zeros((), dtype=h.dtype, device=h.device)
     with torch.no_grad():
         critics = [(net.state_factor(obs), net.action_factors()) for net in (agent.q1, agent.q2)]
