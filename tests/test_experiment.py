@@ -1037,6 +1037,14 @@ def test_the_shipped_experiment_files_are_valid(path: Path, tmp_path: Path, monk
         assert {ex.training_fingerprint(make_run.row_config(make_run.rows[0], k)) for k in make_run.seeds} <= {
             ex.training_fingerprint(spec.row_config(next(r for r in spec.rows if r.train_id == "ace"), k))
             for k in spec.seeds}
+    if path.stem == "junior_anchor_idf_2023":  # the anchor on held-out weeks, on seeds no weeks file had played
+        weeks = ex.load_experiment(REPO / "experiments" / "weeks_idf_2023.toml")
+        assert not set(spec.test_pairs) & set(weeks.test_pairs) and spec.cluster == "scenario"
+        anchored = [spec.row_config(r, 0) for r in spec.rows if r.kind in ("expert-guided", "ace")]
+        assert anchored and all(c.sac.anchor_weight == 1 and c.train.eval_at_start and c.train.init_policy
+                                for c in anchored)
+        assert len(spec.primaries) == 6 and "--share" in path.read_text()
+        return
     guided = [r for r in read_toml(path, "experiment file")["rows"] if r.get("id") == "expert-guided-rl"]
     assert guided and guided[0]["kind"] == "expert-guided" and guided[0]["deploy_topk"] == [0, 7]
     assert guided[0]["name"].startswith("Expert-guided RL")
