@@ -1043,7 +1043,7 @@ def test_the_shipped_experiment_files_are_valid(path: Path, tmp_path: Path, monk
         anchored = [spec.row_config(r, 0) for r in spec.rows if r.kind in ("expert-guided", "ace")]
         assert anchored and all(c.sac.anchor_weight == 1 and c.train.eval_at_start and c.train.init_policy
                                 for c in anchored)
-        assert len(spec.primaries) == 6 and "--share" in path.read_text()
+        assert len(spec.primaries) == 7 and "--share" in path.read_text()
         return
     guided = [r for r in read_toml(path, "experiment file")["rows"] if r.get("id") == "expert-guided-rl"]
     assert guided and guided[0]["kind"] == "expert-guided" and guided[0]["deploy_topk"] == [0, 7]
