@@ -51,6 +51,30 @@ def test_a_subset_maps_indices_masks_and_features(grid) -> None:
         actions.to_catalog(5)
 
 
+def test_skip_no_ops_masks_line_actions_that_change_nothing(grid) -> None:
+    """``env.mask_no_ops``: reconnecting a connected line and disconnecting a disconnected one are masked, alone and
+    in batches, the same way; everything else keeps the masker's verdict."""
+    env, catalog = grid
+    subset = [0, 1, 2, 3, 4, 40, 100]  # do nothing, reconnect and disconnect lines 0 and 1, two bus assignments
+    plain, skipping = ActionSet(catalog, subset), ActionSet(catalog, subset, skip_no_ops=True)
+    obs = reset_episode(env, 0, 0)
+    assert np.asarray(obs.line_status).all()
+    want = plain.legal_mask(obs)
+    want[[1, 3]] = False  # reconnecting lines 0 and 1, both connected
+    np.testing.assert_array_equal(skipping.legal_mask(obs), want)
+    status = np.ones((2, env.n_line), dtype=bool)
+    status[1, 1] = False  # the second state has line 1 disconnected
+    zeros_l, zeros_s = np.zeros((2, env.n_line), np.int64), np.zeros((2, env.n_sub), np.int64)
+    masks, base = skipping.mask_batch(status, zeros_l, zeros_s), plain.mask_batch(status, zeros_l, zeros_s)
+    np.testing.assert_array_equal(masks[0], base[0] & [True, False, True, False, True, True, True])
+    np.testing.assert_array_equal(masks[1], base[1] & [True, False, True, True, False, True, True])
+    assert masks[:, 0].all()  # do nothing stays
+    full = ActionSet(catalog, skip_no_ops=True)
+    legal = full.legal_mask(obs)
+    assert not legal[1 : 1 + 2 * env.n_line : 2].any()  # no line to reconnect
+    np.testing.assert_array_equal(legal[1 + 2 * env.n_line :], catalog.legal_mask(obs)[1 + 2 * env.n_line :])
+
+
 def test_bad_subsets_are_refused(grid) -> None:
     _, catalog = grid
     with pytest.raises(ValueError, match="start with 0"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 import types
@@ -594,6 +595,30 @@ def test_deploy_among_adds_the_policy_alone_among_k_and_fails_naming_the_row(tmp
     assert ("ace-alone", "sac-among8", "against SAC-only") in made and ("ace-top4", "ace-alone",
                                                                          "the top-k check's share") in made
     assert not any(a == "ace-alone" and why == "the restriction's share" for a, _, why in made)
+
+
+def test_deploy_sure_adds_the_policy_alone_where_it_is_sure_and_fails_naming_the_row(tmp_path: Path) -> None:
+    spec = _one_row_file(tmp_path, 'id = "sac"\ndeploy_topk = [0, 4]\ndeploy_sure = [0.7, 0.5]', name="SAC (scratch)")
+    assert [(r.id, r.name, r.topk, r.sure, r.train_id) for r in spec.rows] == [
+        ("sac-alone", "SAC (scratch, policy alone)", 0, None, "sac"),
+        ("sac-sure0.7", "SAC (scratch, policy alone, sure 0.7)", 0, 0.7, "sac"),
+        ("sac-sure0.5", "SAC (scratch, policy alone, sure 0.5)", 0, 0.5, "sac"),
+        ("sac-top4", "SAC (scratch) + top-4 check", 4, None, "sac")]
+    alone, sure = spec.rows[:2]
+    cfg = spec.row_config(alone, 0)
+    assert ex.cells.fingerprint(spec, alone, cfg) != ex.cells.fingerprint(spec, sure, cfg)
+    assert ex.cells.training_fingerprint(cfg) == ex.cells.training_fingerprint(spec.row_config(sure, 0))  # one run
+    for bad in ("[1.0]", "[0]", "[0.7, 0.7]", "0.7", "[true]"):
+        _refuses_sac_row(tmp_path, f"deploy_topk = [0, 4]\ndeploy_sure = {bad}",
+                         rf"deploy_sure = {re.escape(bad.replace('true', 'True'))} \(row 'SAC'\) must be a non-empty "
+                         r"list of distinct probabilities in \(0, 1\)")
+    _refuses_sac_row(tmp_path, "deploy_topk = [4]\ndeploy_sure = [0.7]",
+                     r"deploy_sure \(row 'SAC'\) gates the policy alone: give deploy_topk with a 0")
+    made = ex.comparisons_to_make([{"id": r.id, "kind": r.kind, "train_id": r.train_id, "deploy_topk": r.topk,
+                                    "deploy_sure": r.sure, "budget": None} for r in spec.rows])
+    assert [(a, b) for a, b, why in made if why == "the restriction's share"] == [("sac-sure0.7", "sac-alone"),
+                                                                                 ("sac-sure0.5", "sac-alone")]
+    assert ("sac-top4", "sac-alone", "the top-k check's share") in made
 
 
 def _refuses_sac_row(tmp_path: Path, keys: str, message: str) -> None:

@@ -606,3 +606,38 @@ def test_a_policy_alone_among_the_shortlist_plays_one_of_its_candidates(collecti
         env.close()
     with pytest.raises(ValueError, match="env.deploy_among"):
         load_config(None, [*COLLECT, "env.deploy_among=1"])
+
+
+def test_a_policy_alone_does_nothing_where_it_is_not_sure(collection: Path, tmp_path: Path) -> None:
+    """``env.deploy_sure = p``: the policy alone plays its most likely action only where it gives it at least p
+    (among the actions it chooses from), else does nothing; an experiment's junior row applies its own setting."""
+    from ace_hybrid.experiment.cells import baseline_agent
+
+    path = save_junior(tmp_path / "junior.pt", fit_junior(collection, epochs=2, progress=False))
+    env = make_env("l2rpn_case14_sandbox", seed=0)
+    try:
+        agent = make_agent(f"checkpoint:{path}", env, topk=0)
+        obs = env.reset()
+        x, mask = agent.normalizer(agent.features(obs)), agent.actions.legal_mask(obs)
+        probs = agent.policy_probs(x, mask)
+        # Its most likely action other than do nothing, made the most likely: the gate then decides alone.
+        acting = int(np.argmax(np.where(mask & (np.arange(len(mask)) != 0), probs, -1.0)))
+        agent.most_likely = lambda *_: acting  # type: ignore[method-assign]
+        p = agent.confidence(x, mask, acting)
+        assert 0.0 < p < 1.0 and np.isclose(p, probs[acting] / probs[mask].sum())
+        agent.sure = min(p * 1.01, 0.999)
+        assert agent.decide(obs) == agent.actions.action(0) and agent.unsure == 1
+        agent.sure = p * 0.99
+        assert agent.decide(obs) == agent.actions.action(acting) and agent.unsure == 1
+        assert agent.simulations == 0
+        with pytest.raises(ValueError, match=r"sure = 0.5 out of range: .* alone \(topk = 0, not 2\)"):
+            make_agent(f"checkpoint:{path}", env, topk=2, sure=0.5)
+        cfg = load_config(None, [*COLLECT, f"train.init_policy={path}", "env.deploy_sure=0.6"])
+        assert baseline_agent("junior", env, cfg, 4, topk=0).sure == 0.6
+        assert baseline_agent("junior", env, cfg, 4, topk=2).sure == 0.0
+        assert make_agent(f"checkpoint:{path}", env, topk=0).sure == 0.0  # the junior file's own setting
+    finally:
+        env.close()
+    for bad in ("1.0", "-0.1"):
+        with pytest.raises(ValueError, match="env.deploy_sure"):
+            load_config(None, [*COLLECT, f"env.deploy_sure={bad}"])

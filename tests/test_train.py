@@ -173,3 +173,28 @@ def test_a_check_with_a_shortlist_simulates_the_policys_best_and_the_experts_can
     with pytest.raises(ValueError, match=r"env.deploy_shortlist.*must be 0 or in \[1, env.deploy_topk - 1 = 7\]"):
         load_config(None, ["env.deploy_topk=8", "env.deploy_shortlist=8"])
     env.close()
+
+
+def test_a_run_that_masks_no_ops_learns_and_is_deployed_without_them(tmp_path: Path) -> None:
+    """``env.mask_no_ops``: the run's actor, critics and replay masks leave out line actions that change nothing
+    (training checks every stored action against its rebuilt mask), and its checkpoint acts under the same mask."""
+    from ace_hybrid.grid.env import make_env, reset_episode
+    from ace_hybrid.training.policy import load_agent
+
+    summary = train(tiny(200, "env.mask_no_ops=true", "train.eval_every=0"), tmp_path / "run")
+    assert summary["updates"] > 0
+    env = make_env("l2rpn_case14_sandbox", seed=0)
+    try:
+        agent = load_agent(tmp_path / "run" / "checkpoint.pt", env, topk=0)
+        assert agent.actions.skip_no_ops
+        obs = reset_episode(env, 0, 0)
+        mask = agent.actions.legal_mask(obs)
+        reconnections = [i for i in range(len(agent.actions)) if agent.actions.to_catalog(i) % 2 == 1
+                         and agent.actions.to_catalog(i) < 1 + 2 * env.n_line]
+        assert reconnections and not mask[reconnections].any()  # every line is connected at the start
+        assert agent.most_likely(agent.normalizer(agent.features(obs)), mask) not in reconnections
+        plain = load_agent(tmp_path / "run" / "checkpoint.pt", env, topk=0)
+        plain.actions.skip_no_ops = False
+        assert plain.actions.legal_mask(obs)[reconnections].all()
+    finally:
+        env.close()

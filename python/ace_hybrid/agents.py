@@ -36,7 +36,8 @@ RENAMED_AGENTS = {"donothing": "do-nothing", "llm_lac": "lac"}
 
 
 def make_agent(spec: str, env: Any, *, threshold: float | None = None, budget: int = 30, topk: int | None = None,
-               cfg: Config | None = None, shortlist: int | None = None, among: int | None = None) -> RuleAgent:
+               cfg: Config | None = None, shortlist: int | None = None, among: int | None = None,
+               sure: float | None = None) -> RuleAgent:
     """An agent acting in ``env`` from its name (see the module table).
 
     Parameters
@@ -56,6 +57,9 @@ def make_agent(spec: str, env: Any, *, threshold: float | None = None, budget: i
     among
         A trained policy alone: it chooses among do nothing and ``among - 1`` of the heuristic shortlist (None: the
         run's own ``env.deploy_among``; 0: among every legal action).
+    sure
+        A trained policy alone: it does nothing where its most likely action's probability is below ``sure`` (None:
+        the run's own ``env.deploy_sure``; 0: it always acts).
     cfg
         The configuration the LAC agent takes its LLM from (default: the embedded model).
     """
@@ -80,11 +84,11 @@ def make_agent(spec: str, env: Any, *, threshold: float | None = None, budget: i
     if spec.startswith("checkpoint:"):
         from ace_hybrid.training.policy import load_agent
 
-        return load_agent(spec.split(":", 1)[1], env, topk, shortlist, among)
+        return load_agent(spec.split(":", 1)[1], env, topk, shortlist, among, sure)
     if spec.startswith("maskable-ppo:"):
         from ace_hybrid.training.ppo import load_ppo_agent
 
-        return load_ppo_agent(spec.split(":", 1)[1], env, topk, shortlist, among)
+        return load_ppo_agent(spec.split(":", 1)[1], env, topk, shortlist, among, sure)
     if spec == "lac":
         from ace_hybrid.llm.lac_agent import make_lac_agent
 

@@ -245,6 +245,9 @@ def _add_evaluate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                     help="trained agents alone (topk 0): the most likely of do nothing and K - 1 of the greedy "
                     "expert's heuristic shortlist, none simulated (default: the run's env.deploy_among; 0: of every "
                     "legal action)")
+    ev.add_argument("--sure", type=float, default=None, metavar="P",
+                    help="trained agents alone (topk 0): do nothing where the policy gives its most likely action a "
+                    "probability below P, in (0, 1) (default: the run's env.deploy_sure; 0: always act)")
     ev.add_argument("--score", action="store_true",
                     help="also compute grid2op's L2RPN score (runs its reference agents on a writable data copy)")
     ev.add_argument("--out", type=Path, default=Path("runs/evaluate"), help="output folder (default runs/evaluate)")
@@ -582,7 +585,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     def build(e: Any) -> Any:
         return make_agent(args.agent, e, threshold=args.threshold, budget=args.budget, topk=args.topk,
-                          shortlist=args.shortlist, among=args.among)
+                          shortlist=args.shortlist, among=args.among, sure=args.sure)
 
     agent = build(env)
     report = evaluate(env, agent, pairs, agent_name=args.agent, max_steps=args.max_steps,

@@ -62,6 +62,14 @@ class EnvConfig:
     """The policy alone (``deploy_topk = 0``) only: it plays its most likely of do nothing and the first
     ``deploy_among - 1`` actions of the action set's heuristic shortlist (the greedy expert's candidates), none
     simulated (0: its most likely legal action; else >= 2)."""
+    mask_no_ops: bool = False
+    """Mask the line actions that would leave the grid as it is (reconnecting a connected line, disconnecting a
+    disconnected one) wherever the policy acts, learns and is deployed. An action set holds every line reconnection:
+    without it, a grid whose lines are all connected offers one copy of do nothing per line, and a policy that
+    maximises entropy spreads over them."""
+    deploy_sure: float = 0.0
+    """The policy alone (``deploy_topk = 0``) only: it plays its most likely action only where the policy gives it at
+    least this probability, and does nothing elsewhere (0: always; else in (0, 1))."""
     action_set: str = "full"
     """The actions the policy chooses among: "full" (the whole catalog, ACE's setting) or "tutor:N" (do nothing, the
     line reconnections and the N actions a simulating tutor found best most often in danger states of the training
@@ -82,6 +90,8 @@ class EnvConfig:
               self.deploy_shortlist, f"must be 0 or in [1, env.deploy_topk - 1 = {self.deploy_topk - 1}]")
         check(self.deploy_among == 0 or 2 <= self.deploy_among <= 1000, "env.deploy_among", self.deploy_among,
               "must be 0 or in [2, 1000]")
+        check(self.deploy_sure == 0 or 0 < self.deploy_sure < 1, "env.deploy_sure", self.deploy_sure,
+              "must be 0 or in (0, 1)")
         parse_action_set(self.action_set)
         check(1 <= self.action_set_states <= 1_000_000, "env.action_set_states", self.action_set_states,
                "must be in [1, 1000000]")

@@ -83,6 +83,8 @@ def fingerprint(spec: ExperimentSpec, row: RowSpec, cfg: Config) -> str:
         what["deploy_shortlist"] = row.shortlist  # added only when on: cells of the plain check stay valid
     if row.among:
         what["deploy_among"] = row.among  # likewise
+    if row.sure:
+        what["deploy_sure"] = row.sure  # likewise
     if row.budget is not None:
         what["budget"] = row.budget
     if row.ppo is not None:
@@ -109,9 +111,10 @@ def tutor_agent(env: Any, cfg: Config) -> Any:
 
 
 def baseline_agent(kind: str, env: Any, cfg: Config, greedy_budget: int, topk: int | None = None,
-                   shortlist: int | None = None, among: int | None = None) -> Any:
+                   shortlist: int | None = None, among: int | None = None, sure: float | None = None) -> Any:
     """The agent of a baseline row, under the configuration's danger threshold (a junior alone, or with the top-k
-    check of ``topk`` and ``shortlist`` as the row's ``deploy_topk`` asks, or alone among ``among`` candidates)."""
+    check of ``topk`` and ``shortlist`` as the row's ``deploy_topk`` asks, or alone among ``among`` candidates, or
+    alone where it is ``sure``)."""
     from ace_hybrid.agents import make_agent
 
     if kind == "tutor":
@@ -119,10 +122,11 @@ def baseline_agent(kind: str, env: Any, cfg: Config, greedy_budget: int, topk: i
     if kind == "junior":
         from ace_hybrid.grid.agents import deployed_check
 
-        # The row's deploy_among, else its own env.deploy_among (set beside train.init_policy), not the junior
-        # file's, applies alone.
+        # The row's deploy_among and deploy_sure, else its own env.deploy_among and env.deploy_sure (set beside
+        # train.init_policy), not the junior file's, apply alone.
+        _, _, among, sure = deployed_check(cfg, topk or 0, shortlist, among, sure)
         return make_agent(f"checkpoint:{cfg.train.init_policy}", env, topk=topk or 0, cfg=cfg, shortlist=shortlist,
-                          among=deployed_check(cfg, topk or 0, shortlist, among)[2])
+                          among=among, sure=sure)
     return make_agent(kind, env, budget=greedy_budget, cfg=cfg)  # the kinds of baselines are make_agent's names
 
 
@@ -203,10 +207,12 @@ def run_cell(spec: ExperimentSpec, row: RowSpec, seed: int | None, cfg: Config, 
                   else f"checkpoint:{out / run_rel / best_file(row)}")
 
         def build(env: Any) -> Any:
-            return make_agent(policy, env, topk=row.topk, cfg=cfg, shortlist=row.shortlist, among=row.among)
+            return make_agent(policy, env, topk=row.topk, cfg=cfg, shortlist=row.shortlist, among=row.among,
+                              sure=row.sure)
     else:
         def build(env: Any) -> Any:
-            return baseline_agent(row.kind, env, cfg, spec.greedy_budget, row.topk, row.shortlist, row.among)
+            return baseline_agent(row.kind, env, cfg, spec.greedy_budget, row.topk, row.shortlist, row.among,
+                                  row.sure)
     agent = build(test_env)
     report = evaluate(test_env, agent, spec.pairs, agent_name=row.name, max_steps=spec.test_max_steps or None,
                       progress=cfg.log.progress)
@@ -225,7 +231,7 @@ def run_cell(spec: ExperimentSpec, row: RowSpec, seed: int | None, cfg: Config, 
     return {
         "cell": cell_id(row, seed), "row": row.id, "name": row.name, "kind": row.kind, "seed": seed,
         "train_id": row.train_id, "deploy_topk": row.topk, "deploy_shortlist": row.shortlist,
-        "deploy_among": row.among, "budget": row.budget,
+        "deploy_among": row.among, "deploy_sure": row.sure, "budget": row.budget,
         "fingerprint": fingerprint(spec, row, cfg),
         "train_fingerprint": training_fingerprint(cfg, row.ppo) if row.trains else None,
         "env": cfg.env.name, "llm_backend": cfg.llm.backend,

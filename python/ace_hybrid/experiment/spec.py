@@ -29,6 +29,7 @@ An experiment file (TOML) names the environment configuration, the held-out test
     deploy_topk = [0, 8]     # training rows only: one table row per value, all from the same training
     deploy_shortlist = [0, 3]  # with deploy_topk: each check also with 3 of its k from the heuristic shortlist
     deploy_among = [8]       # with deploy_topk 0: the policy alone also among do nothing + 7 of the shortlist
+    deploy_sure = [0.7]      # with deploy_topk 0: the policy alone also acting only where it gives its choice >= 0.7
     budgets = [20000, 100000]  # replaces the file's budgets for this row ([]: none)
     ppo = { n_steps = 128 }  # maskable-ppo rows only: MaskablePPO's hyperparameters (experiment.ppo_settings)
 
@@ -59,7 +60,9 @@ value must be below every k > 0 of the row; 0 is the plain check. ``best.pt`` it
 alone. ``deploy_among = [8]`` beside a ``deploy_topk`` holding 0 adds "NAME (policy alone, among 8)" (id
 ``ID-among8``): the same ``best.pt`` playing its most likely of do nothing and the first 7 actions of the action set's
 heuristic shortlist, none simulated (``env.deploy_among``), so the restriction's share is told apart from what the
-policy learnt; each value in [2, 1000]. Without ``deploy_topk`` a row is
+policy learnt; each value in [2, 1000]. ``deploy_sure = [0.7]`` beside it adds "NAME (policy alone, sure 0.7)" (id
+``ID-sure0.7``): the same ``best.pt`` playing its most likely action only where it gives it a probability of at least
+0.7, doing nothing elsewhere (``env.deploy_sure``); each value in (0, 1). Without ``deploy_topk`` a row is
 tested with its run's own ``env.deploy_topk``. ``--rows ID`` keeps every row made from ``ID``; ``--rows ID-top8``
 just that one.
 
@@ -150,7 +153,8 @@ ON = ("test", "validation")
 configurations are chosen."""
 CLUSTERS = ("pair", "scenario")
 """Valid values of a file's ``cluster``: what the bootstrap resamples."""
-_ROW_KEYS = {"name", "id", "kind", "set", "deploy_topk", "deploy_shortlist", "deploy_among", "ppo", "budgets"}
+_ROW_KEYS = {"name", "id", "kind", "set", "deploy_topk", "deploy_shortlist", "deploy_among", "deploy_sure", "ppo",
+             "budgets"}
 BUDGET_KINDS: tuple[str, ...] = ("sac-only", "expert-guided", "ace")
 """Training rows that keep a best.pt per budget (``budgets``); MaskablePPO keeps no checkpoints."""
 _ID = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
@@ -175,6 +179,9 @@ class RowSpec:
     among: int | None = None
     """The policy alone among do nothing and the first ``among - 1`` of the heuristic shortlist (None: the run's own
     ``env.deploy_among``)."""
+    sure: float | None = None
+    """The policy alone acting only where it gives its most likely action at least this probability (None: the
+    run's own ``env.deploy_sure``)."""
     train_id: str = ""
     """Id of the training this row tests (its run directories); rows made by one ``deploy_topk`` share it."""
     train_name: str = ""
@@ -343,15 +350,17 @@ def budget_label(steps: int) -> str:
 
 def deployed_rows(row_id: str, name: str, kind: str, overrides: list[str], topks: Any, where: str,
                   ppo: PPOSettings | None = None, budgets: Sequence[int] = (), shortlists: Any = None,
-                  amongs: Any = None) -> list[RowSpec]:
+                  amongs: Any = None, sures: Any = None) -> list[RowSpec]:
     """The table rows of one training row: one per budget, ``deploy_topk`` value, (for a check) ``deploy_shortlist``
-    value and (for the policy alone) ``deploy_among`` value, or the row itself without any."""
+    value and (for the policy alone) ``deploy_among`` and ``deploy_sure`` value, or the row itself without any."""
     if topks is not None:
         _check_topks(topks, kind, name, where)
     if shortlists is not None:
         _check_shortlists(shortlists, topks, name, where)
     if amongs is not None:
         _check_amongs(amongs, topks, name, where)
+    if sures is not None:
+        _check_sures(sures, topks, name, where)
     rows = []
     for budget in sorted(budgets) or [None]:
         label = "" if budget is None else budget_label(budget)
@@ -366,6 +375,8 @@ def deployed_rows(row_id: str, name: str, kind: str, overrides: list[str], topks
                 rows.append(RowSpec(f"{rid}-alone", alone, kind, overrides, topk=0, **common))
                 rows += [RowSpec(f"{rid}-among{m}", f"{alone[:-1]}, among {m})", kind, overrides, topk=0, among=m,
                                  **common) for m in amongs or []]
+                rows += [RowSpec(f"{rid}-sure{p:g}", f"{alone[:-1]}, sure {p:g})", kind, overrides, topk=0, sure=p,
+                                 **common) for p in sures or []]
                 continue
             for m in shortlists or [None]:
                 suffix, words = (f"-s{m}", f", {m} from the shortlist") if m else ("", "")
@@ -396,6 +407,17 @@ def _check_amongs(amongs: Any, topks: Any, name: str, where: str) -> None:
             or len(set(amongs)) != len(amongs)):
         raise ValueError(f"{where}.deploy_among = {amongs!r} (row {name!r}) must be a non-empty list of distinct "
                          f"integers in [2, 1000] (do nothing and the first K - 1 of the shortlist), e.g. [8]")
+
+
+def _check_sures(sures: Any, topks: Any, name: str, where: str) -> None:
+    if 0 not in (topks or []):
+        raise ValueError(f"{where}.deploy_sure (row {name!r}) gates the policy alone: give deploy_topk with a 0 "
+                         f"(e.g. [0, 7])")
+    if (not isinstance(sures, list) or not sures
+            or not all(isinstance(p, (int, float)) and not isinstance(p, bool) and 0 < p < 1 for p in sures)
+            or len(set(sures)) != len(sures)):
+        raise ValueError(f"{where}.deploy_sure = {sures!r} (row {name!r}) must be a non-empty list of distinct "
+                         f"probabilities in (0, 1) (the policy acts only where it is that sure), e.g. [0.7]")
 
 
 def _check_topks(topks: Any, kind: str, name: str, where: str) -> None:
@@ -644,4 +666,4 @@ def _file_row(raw: dict[str, Any], where: str, file_budgets: list[int]) -> list[
     ppo = PPOSettings.from_table(raw.get("ppo", {}), f"{where} (row {name!r})") if kind == "maskable-ppo" else None
     return deployed_rows(row_id, name, kind, _str_list(raw.get("set", []), f"{where}.set"), raw.get("deploy_topk"),
                          where, ppo, _row_budgets(raw, kind, name, where, file_budgets), raw.get("deploy_shortlist"),
-                         raw.get("deploy_among"))
+                         raw.get("deploy_among"), raw.get("deploy_sure"))

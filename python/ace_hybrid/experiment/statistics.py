@@ -191,14 +191,20 @@ def paired_difference(resample: Resample, a: dict[str, Any], b: dict[str, Any],
             "seeds": len(set(_seed_level(a)) | set(_seed_level(b)))}
 
 
+def _restriction(row: dict[str, Any]) -> tuple[float, float]:
+    """How a row's policy alone is restricted: (``deploy_among``, ``deploy_sure``), 0 where not."""
+    return row.get("deploy_among") or 0, row.get("deploy_sure") or 0
+
+
 def comparisons_to_make(rows: Sequence[dict[str, Any]]) -> list[tuple[str, str, str]]:
     """The table's declared comparisons, (row a, row b, why), fixed by the rows' kinds before any number is seen:
 
     - the check's share: each ``+ top-k check`` row against its own ``(policy alone)`` row (same best.pt);
-    - the restriction's share: each ``(policy alone, among K)`` row against its own ``(policy alone)`` row
-      (``deploy_among``: the row's, else its run's own ``env.deploy_among``);
-    - "deployed the same way" below means the same ``deploy_topk``, ``deploy_shortlist``, ``deploy_among`` and
-      budget (``budgets``);
+    - the restriction's share: each ``(policy alone, among K)`` and ``(policy alone, sure P)`` row against its own
+      ``(policy alone)`` row (``deploy_among``, ``deploy_sure``: the row's, else its run's own ``env.deploy_among``,
+      ``env.deploy_sure``);
+    - "deployed the same way" below means the same ``deploy_topk``, ``deploy_shortlist``, ``deploy_among``,
+      ``deploy_sure`` and budget (``budgets``);
     - against doing nothing: every training row (does learning help at all?);
     - against SAC-only: every other training row against the SAC-only row deployed the same way;
     - against expert-guided RL: every ACE row against the expert-guided row deployed the same way;
@@ -218,16 +224,16 @@ def comparisons_to_make(rows: Sequence[dict[str, Any]]) -> list[tuple[str, str, 
         return next((r["id"] for r in rows if train_id is not None and r["train_id"] == train_id
                      and r.get("deploy_topk") == row.get("deploy_topk") and r.get("budget") == row.get("budget")
                      and (r.get("deploy_shortlist") or 0) == (row.get("deploy_shortlist") or 0)
-                     and (r.get("deploy_among") or 0) == (row.get("deploy_among") or 0)), None)
+                     and _restriction(r) == _restriction(row)), None)
 
     out: list[tuple[str, str, str]] = []
     for r in rows:
-        if r.get("deploy_topk") or r.get("deploy_among"):
+        if r.get("deploy_topk") or any(_restriction(r)):
             # The first row of the same training alone (the file's order puts the unrestricted one first), other
             # than a restricted row itself.
             alone = next((x["id"] for x in rows if x["train_id"] == r["train_id"] and x.get("deploy_topk") == 0
                           and x.get("budget") == r.get("budget")
-                          and (r.get("deploy_topk") or (x.get("deploy_among") or 0) != r["deploy_among"])), None)
+                          and (r.get("deploy_topk") or _restriction(x) != _restriction(r))), None)
             if alone:
                 why = "the top-k check's share" if r.get("deploy_topk") else "the restriction's share"
                 out.append((r["id"], alone, why))
@@ -362,11 +368,13 @@ def _row_record(spec: ExperimentSpec, row: RowSpec, cells: list[dict[str, Any]])
     if cells and np.isnan(episodes["max_steps"]).any():
         raise ValueError(f"row {row.id!r}: some cells lack test episodes; delete their files in cells/ and rerun")
     guided = any(float((c.get("config") or {}).get("train", {}).get("tutor_steps", 0) or 0) > 0 for c in cells)
-    among = row.among
-    if among is None and row.topk == 0 and cells:  # the run's own env.deploy_among: how it was deployed
-        among = (cells[0].get("config") or {}).get("env", {}).get("deploy_among") or None
+    among, sure = row.among, row.sure
+    if row.topk == 0 and cells:  # the run's own env.deploy_among and env.deploy_sure: how it was deployed
+        own = (cells[0].get("config") or {}).get("env", {})
+        among = among if among is not None else own.get("deploy_among") or None
+        sure = sure if sure is not None else own.get("deploy_sure") or None
     return {"id": row.id, "name": row.name, "kind": row.kind, "train_id": row.train_id, "train_name": row.train_name,
-            "deploy_topk": row.topk, "deploy_shortlist": row.shortlist, "deploy_among": among,
+            "deploy_topk": row.topk, "deploy_shortlist": row.shortlist, "deploy_among": among, "deploy_sure": sure,
             "budget": row.budget, "expert_guided": guided, "n": len(cells), "seeds": [c["seed"] for c in cells],
             "episodes": {f: episodes[f].tolist() for f in EPISODE_FIELDS}, "metrics": {}}
 

@@ -45,9 +45,14 @@ class ActionSet:
         The grid's catalog.
     indices
         Catalog indices of the set, do nothing (0) first; None for the whole catalog (no copy, no remapping).
+    skip_no_ops
+        Mask, besides the illegal actions, the line actions that would leave the grid as it is: reconnecting a
+        connected line, disconnecting a disconnected one (``env.mask_no_ops``). A set holds every line
+        reconnection, so without it a grid whose lines are all connected offers one copy of do nothing per line.
     """
 
-    def __init__(self, catalog: ActionCatalog, indices: Sequence[int] | None = None) -> None:
+    def __init__(self, catalog: ActionCatalog, indices: Sequence[int] | None = None, *,
+                 skip_no_ops: bool = False) -> None:
         self.catalog = catalog
         if indices is None:
             self.indices = None
@@ -60,6 +65,13 @@ class ActionSet:
                                  f" out of range [0, {len(catalog)})")
             self.indices = idx
         self._position = None if self.indices is None else {int(c): i for i, c in enumerate(self.indices)}
+        self.skip_no_ops = bool(skip_no_ops)
+        # The set's line actions: catalog index 1 + 2l reconnects line l, 2 + 2l disconnects it.
+        cat = np.arange(len(catalog)) if self.indices is None else self.indices
+        line = (cat >= 1) & (cat < 1 + 2 * catalog.n_line)
+        self._line_positions = np.flatnonzero(line)
+        self._line_of = (cat[line] - 1) // 2
+        self._reconnects = (cat[line] - 1) % 2 == 0
 
     @property
     def is_full(self) -> bool:
@@ -88,13 +100,24 @@ class ActionSet:
 
     def legal_mask(self, obs: Any, *, only_changes: bool = False) -> npt.NDArray[np.bool_]:
         mask = self.catalog.legal_mask(obs, only_changes=only_changes)
-        return mask if self.indices is None else mask[self.indices]
+        mask = mask if self.indices is None else mask[self.indices]
+        return self._without_no_ops(mask, np.asarray(obs.line_status, dtype=bool))
 
     def mask_batch(self, line_status: np.ndarray, cooldown_line: np.ndarray,
                    cooldown_sub: np.ndarray) -> npt.NDArray[np.bool_]:
         """(B, n) legal masks from line status and cooldowns (see :class:`~ace_hybrid.masking.LegalityMasker`)."""
         masks = self.catalog.mask_batch(line_status, cooldown_line, cooldown_sub)
-        return masks if self.indices is None else masks[:, self.indices]
+        masks = masks if self.indices is None else masks[:, self.indices]
+        return self._without_no_ops(masks, np.asarray(line_status, dtype=bool))
+
+    def _without_no_ops(self, mask: np.ndarray, status: np.ndarray) -> np.ndarray:
+        """``mask`` ((n,) or (B, n)) without the line actions that change nothing under ``status`` ((n_line,) or
+        (B, n_line)), when ``skip_no_ops``."""
+        if not self.skip_no_ops or self._line_positions.size == 0:
+            return mask
+        connected = status[..., self._line_of]
+        mask[..., self._line_positions] &= np.where(self._reconnects, ~connected, connected)
+        return mask
 
     def features(self) -> npt.NDArray[np.int8]:
         feats = self.catalog.features()

@@ -215,10 +215,14 @@ class PolicyAgent(RuleAgent):
         The policy alone only (``topk = 0``): it plays its most likely of do nothing and the first ``among - 1`` of
         the action set's heuristic shortlist -- the greedy expert's candidates, none simulated (0: of every legal
         action).
+    sure
+        The policy alone only (``topk = 0``): it plays its most likely action only where that action's probability,
+        among the actions it chooses from, is at least ``sure``, and does nothing elsewhere (0: it always plays it).
+        Without simulation, a guess the policy is unsure of can break a grid that doing nothing would keep.
     """
 
     def __init__(self, action_space: Any, actions: Any, features: Any, normalizer: Any, threshold: float,
-                 topk: int = 0, policy: Any = None, shortlist: int = 0, among: int = 0) -> None:
+                 topk: int = 0, policy: Any = None, shortlist: int = 0, among: int = 0, sure: float = 0.0) -> None:
         super().__init__(action_space, threshold)
         if topk < 0:
             raise ValueError(f"topk = {topk} out of range [0, inf)")
@@ -229,8 +233,13 @@ class PolicyAgent(RuleAgent):
         if among != 0 and (among < 2 or topk != 0):
             raise ValueError(f"among = {among} out of range: 0, or >= 2 (do nothing and at least one shortlisted "
                              f"action) with the policy alone (topk = 0, not {topk})")
+        if sure != 0 and not (0 < sure < 1 and topk == 0):
+            raise ValueError(f"sure = {sure} out of range: 0, or in (0, 1) with the policy alone (topk = 0, not "
+                             f"{topk})")
         self.actions, self.features, self.normalizer, self.policy = actions, features, normalizer, policy
-        self.topk, self.shortlist, self.among = int(topk), int(shortlist), int(among)
+        self.topk, self.shortlist, self.among, self.sure = int(topk), int(shortlist), int(among), float(sure)
+        self.unsure = 0
+        """Decisions where the policy alone did nothing because it was not ``sure`` of its most likely action."""
 
     def decide(self, observation: Any) -> Any:
         x = self.normalizer(self.features(observation))
@@ -238,7 +247,11 @@ class PolicyAgent(RuleAgent):
         if self.topk == 0:
             if self.among:
                 mask = among_mask(mask, [0, *self.actions.shortlist(observation, self.among - 1)])
-            return self.actions.action(self.most_likely(x, mask))
+            choice = self.most_likely(x, mask)
+            if self.sure and choice != 0 and self.confidence(x, mask, choice) < self.sure:
+                self.unsure += 1
+                choice = 0
+            return self.actions.action(choice)
         candidates = [0, *self.checked(observation, x, mask)]
         rhos = [self._simulate_max_rho(observation, self.actions.action(a)) for a in candidates]
         return self.actions.action(candidates[int(np.argmin(rhos))])
@@ -265,6 +278,12 @@ class PolicyAgent(RuleAgent):
         """The policy's most likely legal action (ties: the lowest index)."""
         return int(np.argmax(np.where(mask, self.policy_probs(x, mask), -1.0)))
 
+    def confidence(self, x: np.ndarray, mask: np.ndarray, choice: int) -> float:
+        """pi(choice | x) among the actions ``mask`` keeps (renormalised over them)."""
+        probs = np.where(mask, self.policy_probs(x, mask), 0.0)
+        total = float(probs.sum())
+        return float(probs[choice]) / total if total > 0 else 0.0
+
 
 def among_mask(mask: np.ndarray, candidates: Any) -> np.ndarray:
     """``mask`` kept at ``candidates`` only (indices; negative ones, padding, are skipped): one state's (n,) mask
@@ -276,17 +295,20 @@ def among_mask(mask: np.ndarray, candidates: Any) -> np.ndarray:
     return mask & keep
 
 
-def deployed_check(cfg: Config, topk: int | None, shortlist: int | None,
-                   among: int | None = None) -> tuple[int, int, int]:
-    """(topk, shortlist, among) a saved policy is deployed with: the run's ``env.deploy_topk``,
-    ``env.deploy_shortlist`` and ``env.deploy_among`` where not given; the policy alone (topk 0) has no shortlist and
-    a check (topk > 0) no ``among``. A shortlist that does not fit the top-k is the agent's ValueError."""
+def deployed_check(cfg: Config, topk: int | None, shortlist: int | None, among: int | None = None,
+                   sure: float | None = None) -> tuple[int, int, int, float]:
+    """(topk, shortlist, among, sure) a saved policy is deployed with: the run's ``env.deploy_topk``,
+    ``env.deploy_shortlist``, ``env.deploy_among`` and ``env.deploy_sure`` where not given; the policy alone (topk 0)
+    has no shortlist and a check (topk > 0) no ``among`` or ``sure``. A shortlist that does not fit the top-k is the
+    agent's ValueError."""
     k = cfg.env.deploy_topk if topk is None else topk
     if shortlist is None:
         shortlist = cfg.env.deploy_shortlist if k > 0 else 0
     if among is None:
         among = cfg.env.deploy_among if k == 0 else 0
-    return k, shortlist, among
+    if sure is None:
+        sure = cfg.env.deploy_sure if k == 0 else 0.0
+    return k, shortlist, among, sure
 
 
 def make_tutor(env: Any, cfg: Config, actions: Any = None) -> GreedyExpertAgent:

@@ -130,14 +130,17 @@ class GridGymEnv(gym.Env):
         env = cls(cfg.env.data or cfg.env.name, env_seed=cfg.env.env_seed, scenarios=list(cfg.env.train_scenarios),
                   threshold=cfg.env.threshold, max_steps=cfg.env.max_episode_steps or None, reward=cfg.reward,
                   seed_start=cfg.env.train_seed_start, start_spread=cfg.env.start_spread)
-        if parse_action_set(cfg.env.action_set) is not None:  # the selection plays the grid: before any episode
-            env.use_actions(action_set_indices(cfg, env.grid, env.catalog))
+        # The selection plays the grid: before any episode.
+        tutor_set = parse_action_set(cfg.env.action_set) is not None
+        env.use_actions(action_set_indices(cfg, env.grid, env.catalog) if tutor_set else None,
+                        skip_no_ops=cfg.env.mask_no_ops)
         return env
 
-    def use_actions(self, action_indices: Sequence[int] | None) -> None:
-        """Act over these catalog indices from now on (see the class's ``action_indices``); sets :attr:`actions`
-        and ``action_space``. Call it before an episode starts: a running one's masks would change size."""
-        self.actions = ActionSet(self.catalog, action_indices)
+    def use_actions(self, action_indices: Sequence[int] | None, *, skip_no_ops: bool = False) -> None:
+        """Act over these catalog indices from now on (see the class's ``action_indices``; ``skip_no_ops``: see
+        :class:`~ace_hybrid.grid.action_set.ActionSet`); sets :attr:`actions` and ``action_space``. Call it before
+        an episode starts: a running one's masks would change size."""
+        self.actions = ActionSet(self.catalog, action_indices, skip_no_ops=skip_no_ops)
         self.action_space = gym.spaces.Discrete(len(self.actions))
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):

@@ -28,9 +28,9 @@ class SACAgent(PolicyAgent):
 
     def __init__(self, env: Any, sac: SACPolicy | PolicyEnsemble, actions: ActionSet, features: ObservationFeatures,
                  normalizer: RunningNormalizer, threshold: float, topk: int = 0, shortlist: int = 0,
-                 among: int = 0) -> None:
+                 among: int = 0, sure: float = 0.0) -> None:
         super().__init__(env.action_space, actions, features, normalizer, threshold, topk, policy=sac,
-                         shortlist=shortlist, among=among)
+                         shortlist=shortlist, among=among, sure=sure)
         self.sac = sac
 
     def policy_probs(self, x: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -41,18 +41,18 @@ class SACAgent(PolicyAgent):
 
 
 def agent_of(run: Run, env: Any) -> SACAgent:
-    """The run's current policy acting in ``env`` (``env.deploy_topk``, ``env.deploy_shortlist`` and
-    ``env.deploy_among`` as configured)."""
+    """The run's current policy acting in ``env`` (``env.deploy_topk``, ``env.deploy_shortlist``,
+    ``env.deploy_among`` and ``env.deploy_sure`` as configured)."""
     return SACAgent(env, run.sac, run.actions, run.features, run.normalizer, run.cfg.env.threshold,
                     *deployed_check(run.cfg, None, None))
 
 
 def load_agent(path: str | Path, env: Any, topk: int | None = None, shortlist: int | None = None,
-               among: int | None = None) -> SACAgent:
+               among: int | None = None, sure: float | None = None) -> SACAgent:
     """A trained agent from a checkpoint file or a junior file (:mod:`ace_hybrid.training.junior`; an ensemble
     file acts by its members' mean probabilities), for
-    ``ace-hybrid evaluate --agent checkpoint:PATH`` (``topk``, ``shortlist`` and ``among`` override the run's
-    ``env.deploy_topk``, ``env.deploy_shortlist`` and ``env.deploy_among``; see
+    ``ace-hybrid evaluate --agent checkpoint:PATH`` (``topk``, ``shortlist``, ``among`` and ``sure`` override the
+    run's ``env.deploy_topk``, ``env.deploy_shortlist``, ``env.deploy_among`` and ``env.deploy_sure``; see
     :func:`~ace_hybrid.grid.agents.deployed_check`)."""
     from ace_hybrid.training.junior_file import actor_policies, checked_junior, is_junior
 
@@ -60,7 +60,7 @@ def load_agent(path: str | Path, env: Any, topk: int | None = None, shortlist: i
     junior = is_junior(state)
     state = checked_junior(state, path) if junior else checked_checkpoint(state, path)
     cfg = config_from_dict(state["config"])
-    actions = ActionSet(ActionCatalog.for_env(env), state.get("action_set"))
+    actions = ActionSet(ActionCatalog.for_env(env), state.get("action_set"), skip_no_ops=cfg.env.mask_no_ops)
     features = ObservationFeatures(env)
     sac: SACPolicy | PolicyEnsemble
     if junior:
@@ -73,5 +73,5 @@ def load_agent(path: str | Path, env: Any, topk: int | None = None, shortlist: i
     normalizer = RunningNormalizer(features.dim)
     normalizer.load_state_dict(state["normalizer"])
     return SACAgent(env, sac, actions, features, normalizer, cfg.env.threshold,
-                    *deployed_check(cfg, topk, shortlist, among))
+                    *deployed_check(cfg, topk, shortlist, among, sure))
 

@@ -150,19 +150,20 @@ class MaskablePPOAgent(PolicyAgent):
 
 
 def load_ppo_agent(run_dir: str | Path, env: Any, topk: int | None = None, shortlist: int | None = None,
-                   among: int | None = None) -> MaskablePPOAgent:
-    """The MaskablePPO agent of a finished run directory acting in ``env`` (``topk``, ``shortlist``, ``among`` None:
-    the run's own ``env.deploy_topk``, ``env.deploy_shortlist``, ``env.deploy_among``), for
+                   among: int | None = None, sure: float | None = None) -> MaskablePPOAgent:
+    """The MaskablePPO agent of a finished run directory acting in ``env`` (``topk``, ``shortlist``, ``among``,
+    ``sure`` None: the run's own ``env.deploy_topk``, ``env.deploy_shortlist``, ``env.deploy_among``,
+    ``env.deploy_sure``), for
     ``make_agent("maskable-ppo:RUN_DIR", ...)``."""
     from sb3_contrib import MaskablePPO
 
     state = read_state(run_dir)
     cfg = config_from_dict(state["config"])
     model = MaskablePPO.load(Path(run_dir) / MODEL_FILE, device="cpu")
-    actions = ActionSet(ActionCatalog.for_env(env), state["action_set"])
+    actions = ActionSet(ActionCatalog.for_env(env), state["action_set"], skip_no_ops=cfg.env.mask_no_ops)
     features = ObservationFeatures(env)
     normalizer = RunningNormalizer(features.dim)
     normalizer.load_state_dict(state["normalizer"])  # mean and m2 as lists: it makes arrays of them
-    topk, shortlist, among = deployed_check(cfg, topk, shortlist, among)
+    topk, shortlist, among, sure = deployed_check(cfg, topk, shortlist, among, sure)
     return MaskablePPOAgent(env.action_space, actions, features, normalizer, cfg.env.threshold, topk, policy=model,
-                            shortlist=shortlist, among=among)
+                            shortlist=shortlist, among=among, sure=sure)

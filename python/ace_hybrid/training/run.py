@@ -103,7 +103,8 @@ def build_acting(cfg: Config, env: Any, action_indices: list[int] | None, *, cat
     catalog), with networks seeded by ``train.seed`` on ``device`` (None: ``sac.device``). The run builds its own
     here (the whole SAC), and so does every rollout worker (``policy_only``: the actor alone, which is all it acts
     with; on the CPU: N processes must not each claim a GPU)."""
-    actions = ActionSet(catalog if catalog is not None else ActionCatalog.for_env(env), action_indices)
+    actions = ActionSet(catalog if catalog is not None else ActionCatalog.for_env(env), action_indices,
+                        skip_no_ops=cfg.env.mask_no_ops)
     features = ObservationFeatures(env)
     sac_cfg = cfg.sac if device is None else dataclasses.replace(cfg.sac, device=device)
     make = SACPolicy if policy_only else DiscreteSAC
