@@ -1016,11 +1016,7 @@ def test_the_shipped_experiment_files_are_valid(path: Path, tmp_path: Path, monk
         return
     if path.stem == "junior_anchor_neurips_confirm":  # the study's trainings, played on pairs it never played
         study = ex.load_experiment(REPO / "experiments" / "junior_anchor_neurips.toml")
-        theirs = {r.train_id: r for r in study.rows if r.trains}
-        for row in (r for r in spec.rows if r.trains and r.train_id in theirs):
-            for seed in spec.seeds:
-                assert ex.training_fingerprint(spec.row_config(row, seed)) == ex.training_fingerprint(
-                    study.row_config(theirs[row.train_id], seed)), row.id
+        _trains_as(spec, study)
         assert not set(spec.test_pairs) & (set(study.test_pairs) | set(study.validation_pairs))
         assert {"greedy", "maskable-ppo"} <= kinds and len(spec.primaries) == 7 and "--share" in path.read_text()
         return
@@ -1062,6 +1058,19 @@ def test_the_shipped_experiment_files_are_valid(path: Path, tmp_path: Path, monk
         assert {ex.training_fingerprint(make_run.row_config(make_run.rows[0], k)) for k in make_run.seeds} <= {
             ex.training_fingerprint(spec.row_config(next(r for r in spec.rows if r.train_id == "ace"), k))
             for k in spec.seeds}
+    if path.stem == "sure_gate_idf_2023":  # the anchor file's trainings, gated, on seeds no file had played
+        anchor = ex.load_experiment(REPO / "experiments" / "junior_anchor_idf_2023.toml")
+        weeks = ex.load_experiment(REPO / "experiments" / "weeks_idf_2023.toml")
+        assert not set(spec.test_pairs) & (set(anchor.test_pairs) | set(weeks.test_pairs))
+        assert spec.cluster == "scenario" and spec.validation_pairs == anchor.validation_pairs
+        assert {r.train_id for r in anchor.rows if r.trains} - {r.train_id for r in spec.rows} == {"maskable-ppo-5k"}
+        _trains_as(spec, anchor)  # its runs serve: nothing retrains
+        gated = {r.train_id for r in spec.rows if r.sure}
+        assert gated == {"junior", "sac-only", "sac-only-noops", "egrl-junior-anchor1", "ace-junior-anchor1",
+                         "maskable-ppo"}
+        assert spec.row_config(next(r for r in spec.rows if r.train_id == "sac-only-noops"), 0).env.mask_no_ops
+        assert "--on validation" in path.read_text() and "--share" in path.read_text()
+        return
     if path.stem == "junior_anchor_idf_2023":  # the anchor on held-out weeks, on seeds no weeks file had played
         weeks = ex.load_experiment(REPO / "experiments" / "weeks_idf_2023.toml")
         assert not set(spec.test_pairs) & set(weeks.test_pairs) and spec.cluster == "scenario"
@@ -1075,6 +1084,15 @@ def test_the_shipped_experiment_files_are_valid(path: Path, tmp_path: Path, monk
     assert guided[0]["name"].startswith("Expert-guided RL")
     cfg = spec.row_config(next(r for r in spec.rows if r.train_id == "expert-guided-rl"), spec.seeds[0])
     assert (cfg.train.tutor_steps > 0 or cfg.train.tutor_data) and cfg.train.imitation_weight > 0
+
+
+def _trains_as(spec: ex.ExperimentSpec, study: ex.ExperimentSpec) -> None:
+    """Every training row of ``spec`` that ``study`` has trains exactly as there: the study's runs serve."""
+    theirs = {r.train_id: r for r in study.rows if r.trains}
+    for row in (r for r in spec.rows if r.trains and r.train_id in theirs):
+        for seed in spec.seeds:
+            assert ex.training_fingerprint(spec.row_config(row, seed)) == ex.training_fingerprint(
+                study.row_config(theirs[row.train_id], seed)), row.id
 
 
 def test_groups_with_a_language_model_run_first_then_trainings_then_baselines(tmp_path: Path) -> None:

@@ -38,22 +38,23 @@ def test_policy_choices_reads_an_untrained_policys_prior(prior: float, tmp_path:
                              "train.learning_starts=10000", "train.eval_every=0", "log.tensorboard=false"]), run)
     assert _tool("policy_choices").main([str(run / "checkpoint.pt"), "--seeds", "5,6", "--max-steps", "60"]) == 0
     out = capsys.readouterr().out
-    total = re.search(r"all 2 episodes: +(\d+) decisions, acts at +([\d.]+)%, p\(do nothing\) ([\d.]+) "
-                      r"\[([\d.]+), ([\d.]+)\], best other ([\d.]+)", out)
+    total = re.search(r"all 2 episodes: +(\d+) decisions, acts at +([\d.]+)% \(changing nothing at +([\d.]+)%\), "
+                      r"p\(do nothing\) ([\d.]+) \[([\d.]+), ([\d.]+)\], best other ([\d.]+)", out)
     assert total, out
-    decisions, acts, mean, lo, hi, other = (float(g) for g in total.groups())
-    assert decisions > 0 and acts == 0.0
+    decisions, acts, no_ops, mean, lo, hi, other = (float(g) for g in total.groups())
+    assert decisions > 0 and acts == 0.0 and no_ops == 0.0
     assert (mean, lo, hi) == pytest.approx((prior, prior, prior), abs=0.02)  # the untrained network adds a little
     assert 0 < other < 1 - prior
     assert re.search(r"survival \(policy plays\): \d+ of \d+ steps", out)
 
 
 @pytest.mark.grid2op
-def test_policy_choices_plays_the_critics_greedy_action_when_asked(tmp_path: Path, capsys) -> None:
+def test_policy_choices_plays_the_critics_greedy_action_when_asked(tmp_path: Path, capsys,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     from ace_hybrid.config import load_config
     from ace_hybrid.grid.env import make_env
     from ace_hybrid.training.loop import train
-    from ace_hybrid.training.policy import load_agent
+    from ace_hybrid.training.policy import SACAgent, load_agent
 
     run = tmp_path / "run"
     train(load_config(None, [*TINY, "sac.prior_prob=0.8", "train.total_env_steps=40", "train.learning_starts=10000",
@@ -64,8 +65,17 @@ def test_policy_choices_plays_the_critics_greedy_action_when_asked(tmp_path: Pat
     critic = tool.RecordingAgent(env, load_agent(run / "checkpoint.pt", env, topk=0), play="critic")
     x, mask = critic.normalizer(critic.features(obs)), critic.actions.legal_mask(obs)
     q = critic.sac.q_values(x, mask)
-    assert critic.most_likely(x, mask) == int(np.argmax(q))  # the critics' greedy action, not the policy's
+    critic.decide(obs)
+    assert critic.records[-1][2] == int(np.argmax(q))  # the critics' greedy action, not the policy's
     assert critic.records[-1][0] == pytest.approx(0.8, abs=0.02)  # the probabilities recorded stay the policy's
+    # Reconnecting line 0, connected at the start (catalog index 1 of the full set), changes nothing; disconnecting
+    # it (index 2) does.
+    assert np.asarray(obs.line_status)[0]
+    for index, no_op in ((1, True), (2, False)):
+        monkeypatch.setattr(SACAgent, "most_likely", lambda *_, i=index: i)
+        critic.play = "policy"
+        critic.decide(obs)
+        assert critic.records[-1][2:] == (index, no_op)
     with pytest.raises(ValueError, match="play = 'value' is not one of policy, critic"):
         tool.RecordingAgent(env, load_agent(run / "checkpoint.pt", env, topk=0), play="value")
     env.close()

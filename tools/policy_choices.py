@@ -40,7 +40,9 @@ PLAYS = ("policy", "critic")
 
 class RecordingAgent(SACAgent):
     """A :class:`SACAgent` (policy alone) that keeps, per decision, p(do nothing), the most likely other action's
-    probability and the action played."""
+    probability, the action played and whether it changes nothing (a line action that leaves the grid as it is:
+    reconnecting a connected line, disconnecting a disconnected one; a bus assignment equal to the substation's
+    topology)."""
 
     def __init__(self, env: Any, agent: SACAgent, play: str = "policy") -> None:
         super().__init__(env, agent.sac, agent.actions, agent.features, agent.normalizer,
@@ -48,24 +50,32 @@ class RecordingAgent(SACAgent):
         if play not in PLAYS:
             raise ValueError(f"play = {play!r} is not one of {', '.join(PLAYS)}")
         self.play = play
-        self.records: list[tuple[float, float, int]] = []
+        self.records: list[tuple[float, float, int, bool]] = []
+        self._obs: Any = None
+
+    def decide(self, observation: Any) -> Any:
+        self._obs = observation
+        return super().decide(observation)
 
     def most_likely(self, x: np.ndarray, mask: np.ndarray) -> int:
         # PolicyAgent.decide asks this at each decision (topk = 0): record, then play as the deployed agent does
         # (or the critics' greedy action).
         probs = self.policy_probs(x, mask)
         played = super().most_likely(x, mask) if self.play == "policy" else int(np.argmax(self.sac.q_values(x, mask)))
-        self.records.append((float(probs[0]), float(np.max(probs[1:], initial=0.0)), played))
+        changes = self.actions.legal_mask(self._obs, only_changes=True)
+        no_op = played != 0 and not changes[played]
+        self.records.append((float(probs[0]), float(np.max(probs[1:], initial=0.0)), played, bool(no_op)))
         return played
 
 
-def summary(records: list[tuple[float, float, int]]) -> str:
+def summary(records: list[tuple[float, float, int, bool]]) -> str:
     if not records:
         return "no decision"
-    p_dn, p_other, played = (np.asarray(c) for c in zip(*records))
+    p_dn, p_other, played, no_op = (np.asarray(c) for c in zip(*records))
     top = ", ".join(f"{a} x{n}" for a, n in Counter(played.tolist()).most_common(3))
-    return (f"{len(records):>5} decisions, acts at {np.mean(played != 0):6.1%}, p(do nothing) {p_dn.mean():.3f} "
-            f"[{p_dn.min():.3f}, {p_dn.max():.3f}], best other {p_other.mean():.3f}; played: {top}")
+    return (f"{len(records):>5} decisions, acts at {np.mean(played != 0):6.1%} (changing nothing at "
+            f"{np.mean(no_op):6.1%}), p(do nothing) {p_dn.mean():.3f} [{p_dn.min():.3f}, {p_dn.max():.3f}], best "
+            f"other {p_other.mean():.3f}; played: {top}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         # The run's own grid, generator seed and episode starts, as its evaluation had them.
         env = make_config_env(config_from_dict(load_checkpoint_file(args.checkpoint)["config"]))
         agent = RecordingAgent(env, load_agent(args.checkpoint, env, topk=0), args.play)
-        every: list[tuple[float, float, int]] = []
+        every: list[tuple[float, float, int, bool]] = []
         steps, playable = 0, 0
         for scenario, seed in pairs:
             agent.records = []
