@@ -563,6 +563,13 @@ def test_deploy_shortlist_adds_a_row_per_check_and_fails_naming_the_row(tmp_path
                      r"deploy_shortlist \(row 'SAC'\) needs a top-k check")
 
 
+def _one_run_two_cells(spec: ex.ExperimentSpec, alone: ex.RowSpec, restricted: ex.RowSpec) -> None:
+    """A restricted deployment of a policy alone is a cell of its own, from the same training run."""
+    cfg = spec.row_config(alone, 0)
+    assert ex.cells.fingerprint(spec, alone, cfg) != ex.cells.fingerprint(spec, restricted, cfg)
+    assert ex.cells.training_fingerprint(cfg) == ex.cells.training_fingerprint(spec.row_config(restricted, 0))
+
+
 def test_deploy_among_adds_the_policy_alone_among_k_and_fails_naming_the_row(tmp_path: Path) -> None:
     spec = _one_row_file(tmp_path, 'id = "sac"\ndeploy_topk = [0, 4]\ndeploy_among = [8, 3]', name="SAC (scratch)")
     assert [(r.id, r.name, r.topk, r.among, r.train_id) for r in spec.rows] == [
@@ -570,10 +577,7 @@ def test_deploy_among_adds_the_policy_alone_among_k_and_fails_naming_the_row(tmp
         ("sac-among8", "SAC (scratch, policy alone, among 8)", 0, 8, "sac"),
         ("sac-among3", "SAC (scratch, policy alone, among 3)", 0, 3, "sac"),
         ("sac-top4", "SAC (scratch) + top-4 check", 4, None, "sac")]
-    alone, among = spec.rows[:2]
-    cfg = spec.row_config(alone, 0)
-    assert ex.cells.fingerprint(spec, alone, cfg) != ex.cells.fingerprint(spec, among, cfg)
-    assert ex.cells.training_fingerprint(cfg) == ex.cells.training_fingerprint(spec.row_config(among, 0))  # one run
+    _one_run_two_cells(spec, *spec.rows[:2])
     for bad, message in (("[1]", r"deploy_among = \[1\] \(row 'SAC'\) must be a non-empty list of distinct integers "
                                  r"in \[2, 1000\]"),
                          ("[8, 8]", r"deploy_among = \[8, 8\]"), ("8", r"deploy_among = 8")):
@@ -604,10 +608,7 @@ def test_deploy_sure_adds_the_policy_alone_where_it_is_sure_and_fails_naming_the
         ("sac-sure0.7", "SAC (scratch, policy alone, sure 0.7)", 0, 0.7, "sac"),
         ("sac-sure0.5", "SAC (scratch, policy alone, sure 0.5)", 0, 0.5, "sac"),
         ("sac-top4", "SAC (scratch) + top-4 check", 4, None, "sac")]
-    alone, sure = spec.rows[:2]
-    cfg = spec.row_config(alone, 0)
-    assert ex.cells.fingerprint(spec, alone, cfg) != ex.cells.fingerprint(spec, sure, cfg)
-    assert ex.cells.training_fingerprint(cfg) == ex.cells.training_fingerprint(spec.row_config(sure, 0))  # one run
+    _one_run_two_cells(spec, *spec.rows[:2])
     for bad in ("[1.0]", "[0]", "[0.7, 0.7]", "0.7", "[true]"):
         _refuses_sac_row(tmp_path, f"deploy_topk = [0, 4]\ndeploy_sure = {bad}",
                          rf"deploy_sure = {re.escape(bad.replace('true', 'True'))} \(row 'SAC'\) must be a non-empty "

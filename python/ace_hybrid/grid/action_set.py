@@ -101,20 +101,18 @@ class ActionSet:
     def legal_mask(self, obs: Any, *, only_changes: bool = False) -> npt.NDArray[np.bool_]:
         mask = self.catalog.legal_mask(obs, only_changes=only_changes)
         mask = mask if self.indices is None else mask[self.indices]
-        return self._without_no_ops(mask, np.asarray(obs.line_status, dtype=bool))
+        return self._without_no_ops(mask, np.asarray(obs.line_status, dtype=bool)) if self.skip_no_ops else mask
 
     def mask_batch(self, line_status: np.ndarray, cooldown_line: np.ndarray,
                    cooldown_sub: np.ndarray) -> npt.NDArray[np.bool_]:
         """(B, n) legal masks from line status and cooldowns (see :class:`~ace_hybrid.masking.LegalityMasker`)."""
         masks = self.catalog.mask_batch(line_status, cooldown_line, cooldown_sub)
         masks = masks if self.indices is None else masks[:, self.indices]
-        return self._without_no_ops(masks, np.asarray(line_status, dtype=bool))
+        return self._without_no_ops(masks, np.asarray(line_status, dtype=bool)) if self.skip_no_ops else masks
 
     def _without_no_ops(self, mask: np.ndarray, status: np.ndarray) -> np.ndarray:
         """``mask`` ((n,) or (B, n)) without the line actions that change nothing under ``status`` ((n_line,) or
-        (B, n_line)), when ``skip_no_ops``."""
-        if not self.skip_no_ops or self._line_positions.size == 0:
-            return mask
+        (B, n_line))."""
         connected = status[..., self._line_of]
         mask[..., self._line_positions] &= np.where(self._reconnects, ~connected, connected)
         return mask
