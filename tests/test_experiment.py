@@ -998,6 +998,13 @@ def test_the_shipped_experiment_files_are_valid(path: Path, tmp_path: Path, monk
         # studies that choose a configuration
         assert "--on validation" in path.read_text()
         return
+    if path.stem == "never_worse_gate_idf_2023":  # fixed juniors, gated, on pairs no idf file had played
+        played = [ex.load_experiment(REPO / "experiments" / f"{stem}.toml") for stem in
+                  ("sure_gate_idf_2023", "junior_anchor_idf_2023", "weeks_idf_2023", "weeks_idf_2023_all_weeks")]
+        assert not set(spec.test_pairs) & {p for other in played for p in other.test_pairs}
+        assert spec.validation_pairs == played[0].validation_pairs and spec.cluster == "scenario"
+        never_worse = [spec.row_config(r, None) for r in spec.rows if r.train_id in ("nw", "nw-b")]
+        assert never_worse and all(c.env.deploy_among == 8 for c in never_worse)
     if not any(row.trains for row in spec.rows):  # a confirmation of fixed policies (weeks_idf_2023_new_weeks)
         assert "do-nothing" in kinds and "--share" in path.read_text()
         return
