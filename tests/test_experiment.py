@@ -1008,6 +1008,20 @@ def test_the_shipped_experiment_files_are_valid(path: Path, tmp_path: Path, monk
     if not any(row.trains for row in spec.rows):  # a confirmation of fixed policies (weeks_idf_2023_new_weeks)
         assert "do-nothing" in kinds and "--share" in path.read_text()
         return
+    if path.stem == "masked_curves_idf_2023":  # goal 4 on validation: every learner with no-ops masked, 5K vs 20K
+        gate = ex.load_experiment(REPO / "experiments" / "sure_gate_idf_2023.toml")
+        learners = [r for r in spec.rows if r.trains]
+        assert spec.validation_pairs == gate.validation_pairs and {r.budget for r in learners} == {5000, 20000}
+        assert {r.kind for r in learners} == {"sac-only", "expert-guided", "ace"}
+        assert all(spec.row_config(r, 0).env.mask_no_ops and not spec.row_config(r, 0).train.init_policy
+                   for r in learners)
+        assert {(p.a_name, p.b_name) for p in spec.primaries} == {
+            (f"{r.train_name} @ 20K (policy alone)", f"{r.train_name} @ 5K (policy alone)") for r in learners}
+        sac = next(r for r in spec.rows if r.train_id == "sac-only-noops")  # sure_gate's runs serve: no retraining
+        assert ex.training_fingerprint(spec.row_config(sac, 0)) == ex.training_fingerprint(
+            gate.row_config(next(r for r in gate.rows if r.train_id == "sac-only-noops"), 0))
+        assert "--on validation" in path.read_text()
+        return
     # The top-7 check simulates at most 8 candidates: under a third of the greedy expert's 30.
     assert all(row.topk in (0, 7) for row in spec.rows if row.trains) and spec.greedy_budget >= 3 * 8
     if path.stem == "coevolution_loop":
