@@ -569,10 +569,29 @@ def test_a_junior_learns_among_the_candidates_and_counts_near_ties_right(collect
         with pytest.raises(ValueError, match=message):
             fit_junior(folder, progress=False, **bad)
     path = save_junior(tmp_path / "among.pt", fitted)
+    # The batch gate (the errors tool's --sure) does nothing where the acting path's would: pi(choice) among the
+    # legal candidates below P.
+    from ace_hybrid.training.junior import junior_choices, junior_policies
+
+    policies, normalizer = junior_policies(load_junior(path), d.obs.shape[1])
+    restricted = d.among(4)
+    batch = junior_choices(policies, normalizer, restricted)
+    acting = np.flatnonzero(batch != 0)
+    sure = np.array([policies[0].policy_probs(normalizer(restricted.obs[i]), restricted.mask[i])[batch[i]]
+                     / policies[0].policy_probs(normalizer(restricted.obs[i]), restricted.mask[i]).sum()
+                     for i in acting])
+    p = float(np.median(sure))
+    gated = junior_choices(policies, normalizer, restricted, sure=p)
+    np.testing.assert_array_equal(gated[acting], np.where(sure < p, 0, batch[acting]))
+    assert acting.size > 1 and 0 < np.sum(gated[acting] == 0) < acting.size and np.all(gated[batch == 0] == 0)
+    with pytest.raises(ValueError, match=r"sure = 1.0 out of range: expected \[0, 1\)"):
+        junior_choices(policies, normalizer, restricted, sure=1.0)
     tool = Path(__file__).resolve().parents[1] / "tools" / "junior_errors.py"
-    out = subprocess.run([sys.executable, str(tool), str(folder), str(path), "--among", "3"], capture_output=True,
-                         text=True, check=True).stdout
+    out = subprocess.run([sys.executable, str(tool), str(folder), str(path), "--among", "3", "--sure", "0.999"],
+                         capture_output=True, text=True, check=True).stdout
     row = next(line for line in out.splitlines() if line.startswith(f"| {path}, among 3 |"))
+    gated = next(line for line in out.splitlines() if line.startswith(f"| {path}, among 3, sure 0.999 |"))
+    assert float(gated.split("|")[3].strip(" %")) <= float(row.split("|")[3].strip(" %"))  # acts no more often
     cells = [c.strip(" %") for c in row.split("|")]
     assert float(cells[4]) == 0.0  # never worse than doing nothing: do nothing is the worst here
     assert float(cells[6].split("%")[0]) >= 90.0 and float(cells[7].split()[0]) <= 0.05  # near-best, low regret
@@ -581,6 +600,9 @@ def test_a_junior_learns_among_the_candidates_and_counts_near_ties_right(collect
     failed = subprocess.run([sys.executable, str(tool), str(folder), str(path), "--among", "1"], capture_output=True,
                             text=True)
     assert failed.returncode == 2 and "--among 1: expected K >= 2" in failed.stderr
+    failed = subprocess.run([sys.executable, str(tool), str(folder), str(path), "--among", "3", "--sure", "1.5"],
+                            capture_output=True, text=True)
+    assert failed.returncode == 2 and "--sure '1.5': expected probabilities in (0, 1)" in failed.stderr
 
 
 def test_a_policy_alone_among_the_shortlist_plays_one_of_its_candidates(collection: Path, tmp_path: Path) -> None:

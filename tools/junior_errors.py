@@ -15,6 +15,9 @@ coin), and its regret (its simulated max rho above the best's); juniors after th
         --on runs/junior/tutor8-val
     PYTHONPATH=python python tools/junior_errors.py runs/junior/tutor8-train runs/junior/junior8.pt \
         --on runs/junior/tutor8-val7c --among 8
+
+With ``--sure P,...`` each junior's choice among the candidates is also gated as ``env.deploy_sure = P`` gates it
+(do nothing where its most likely candidate's probability is below P), a row per P.
 """
 
 from __future__ import annotations
@@ -44,7 +47,16 @@ def main() -> None:
     parser.add_argument("--tolerance", type=float, default=0.01, metavar="RHO",
                         help="with --among: a choice within RHO of the best candidate's simulated max rho is near-best "
                         "(default 0.01)")
+    parser.add_argument("--sure", default="", metavar="P,...",
+                        help="with --among: also each junior gated at each probability P in (0, 1), as "
+                        "env.deploy_sure gates it")
     args = parser.parse_args()
+    try:
+        sures = [float(p) for p in args.sure.split(",") if p.strip()]
+    except ValueError:
+        parser.error(f"--sure {args.sure!r}: expected probabilities in (0, 1), comma-separated, e.g. 0.5,0.6")
+    if any(not 0 < p < 1 for p in sures) or (sures and not args.among):
+        parser.error(f"--sure {args.sure!r}: expected probabilities in (0, 1) and --among K")
     d = load_decisions(args.data)
     held = d.episode % HOLDOUT_EVERY == HOLDOUT_EVERY - 1
     if args.on is None and not held.any():
@@ -85,11 +97,12 @@ def main() -> None:
         print(f"\n{path} − {args.juniors[0]}: {gain:+.1f} points [{lo:+.1f}, {hi:+.1f}]", end="")
     print()
     if args.among:
-        among_table(d, args.juniors, args.among, args.tolerance)
+        among_table(d, args.juniors, args.among, args.tolerance, sures)
 
 
-def among_table(d: Decisions, juniors: list[str], k: int, tolerance: float) -> None:
-    """Accuracy and simulated outcome of choices among do nothing and the first k - 1 of the tutor's shortlist."""
+def among_table(d: Decisions, juniors: list[str], k: int, tolerance: float, sures: list[float] = ()) -> None:
+    """Accuracy and simulated outcome of choices among do nothing and the first k - 1 of the tutor's shortlist,
+    ungated and gated at each of ``sures``."""
     cands = d.candidates[:, :k]
     rho = np.where(cands >= 0, d.candidate_rho[:, :k], np.inf)
     restricted = d.among(k)
@@ -98,9 +111,12 @@ def among_table(d: Decisions, juniors: list[str], k: int, tolerance: float) -> N
     rows = {"do nothing": np.zeros(len(d), np.int64),
             "the shortlist's first (do nothing if none)": np.where(cands[:, 1] >= 0, cands[:, 1], 0),
             f"uniform among the {k} candidates": drawn, "the tutor": d.action}
+    names = []  # the juniors' rows, ungated and gated
     for path in juniors:
         policies, normalizer = junior_policies(load_junior(path), d.obs.shape[1])
-        rows[f"{path}, among {k}"] = junior_choices(policies, normalizer, restricted)
+        for p in (0.0, *sures):
+            names.append(f"{path}, among {k}" + (f", sure {p:g}" if p else ""))
+            rows[names[-1]] = junior_choices(policies, normalizer, restricted, sure=p)
     best = rho.min(1)
     near = d.near_best(tolerance)
     print(f"\nAmong do nothing and the first {k - 1} of the tutor's shortlist ({len(d)} decisions; the tutor's "
@@ -122,7 +138,6 @@ def among_table(d: Decisions, juniors: list[str], k: int, tolerance: float) -> N
               f"{np.mean(got > rho[:, 0]):.1%} | {np.mean(np.isinf(got) & np.isfinite(best)):.1%} | "
               f"{good.mean():.1%} [{glo:.1%}, {ghi:.1%}] | {regret.mean():.4f} [{rlo:.4f}, {rhi:.4f}] | "
               f"{np.mean(regret > 0.05):.1%} |")
-    names = [f"{path}, among {k}" for path in juniors]
     for name in names[1:]:  # paired, as above: the same decisions, the same episode draws
         draws = cluster_draws(np.concatenate([scores[name], scores[names[0]]], 1), d.episode)
         (glo, ghi), (rlo, rhi) = interval(100 * (draws[:, 0] - draws[:, 2])), interval(draws[:, 1] - draws[:, 3])

@@ -256,16 +256,19 @@ def _on_scenarios(folder: str | Path, scenarios: Sequence[int]) -> Any:
     return lambda episode: np.asarray([episode_of(cfg, int(k))[0] in keep for k in episode], bool)
 
 
-def junior_choices(policy: SACPolicy | Sequence[SACPolicy], normalizer: RunningNormalizer, d: Decisions) -> np.ndarray:
+def junior_choices(policy: SACPolicy | Sequence[SACPolicy], normalizer: RunningNormalizer, d: Decisions,
+                   sure: float = 0.0) -> np.ndarray:
     """(N,) the most likely legal action at each decision of ``d`` (the acting path's choice), in one batch; of
-    several policies (an ensemble's members), by their mean probabilities."""
+    several policies (an ensemble's members), by their mean probabilities. ``sure`` gates it as ``env.deploy_sure``
+    does: do nothing where the choice's probability among the legal actions is below it."""
+    if not 0 <= sure < 1:
+        raise ValueError(f"sure = {sure!r} out of range: expected [0, 1) (0: always the most likely action)")
     members = [policy] if isinstance(policy, SACPolicy) else list(policy)
     x, _, mask = _tensors(d, normalizer)
     with torch.no_grad():
-        if len(members) == 1:
-            return _logits(members[0], x).masked_fill(~mask, -torch.inf).argmax(1).numpy()
-        probs = [torch.softmax(_logits(p, x).masked_fill(~mask, -torch.inf), 1) for p in members]
-        return torch.stack(probs).mean(0).argmax(1).numpy()
+        probs = torch.stack([torch.softmax(_logits(p, x).masked_fill(~mask, -torch.inf), 1) for p in members]).mean(0)
+    top, chosen = probs.max(1)
+    return torch.where(top < sure, torch.zeros_like(chosen), chosen).numpy()
 
 
 def junior_policies(state: dict[str, Any], obs_dim: int) -> tuple[list[SACPolicy], RunningNormalizer]:
