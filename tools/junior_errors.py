@@ -97,10 +97,10 @@ def main() -> None:
         print(f"\n{path} − {args.juniors[0]}: {gain:+.1f} points [{lo:+.1f}, {hi:+.1f}]", end="")
     print()
     if args.among:
-        among_table(d, args.juniors, args.among, args.tolerance, sures)
+        among_table(d, args.juniors, args.among, args.tolerance, tuple(sures))
 
 
-def among_table(d: Decisions, juniors: list[str], k: int, tolerance: float, sures: list[float] = ()) -> None:
+def among_table(d: Decisions, juniors: list[str], k: int, tolerance: float, sures: tuple[float, ...] = ()) -> None:
     """Accuracy and simulated outcome of choices among do nothing and the first k - 1 of the tutor's shortlist,
     ungated and gated at each of ``sures``."""
     cands = d.candidates[:, :k]
