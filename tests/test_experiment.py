@@ -1022,6 +1022,21 @@ def test_the_shipped_experiment_files_are_valid(path: Path, tmp_path: Path, monk
             gate.row_config(next(r for r in gate.rows if r.train_id == "sac-only-noops"), 0))
         assert "--on validation" in path.read_text()
         return
+    if path.stem == "masked_long_idf_2023":  # masked_curves_idf_2023 trained to 40K on fresh seeds, 5K vs 40K
+        short = ex.load_experiment(REPO / "experiments" / "masked_curves_idf_2023.toml")
+        learners = [r for r in spec.rows if r.trains]
+        assert {r.budget for r in learners} == {5000, 20000, 40000} and not set(spec.seeds) & set(range(4))
+        assert spec.validation_pairs == short.validation_pairs
+        for row in learners:  # the same learner as masked_curves's but for its length
+            cfg = spec.row_config(row, 0)
+            assert cfg.train.total_env_steps == 40000 and cfg.train.keep_best_at == [5000, 20000, 40000]
+            cfg.train.total_env_steps, cfg.train.keep_best_at = 20000, [5000, 20000]
+            twin = next(r for r in short.rows if r.train_id == row.train_id)
+            assert ex.training_fingerprint(cfg) == ex.training_fingerprint(short.row_config(twin, 0))
+        assert {(p.a_name, p.b_name) for p in spec.primaries} == {
+            (f"{r.train_name} @ 40K (policy alone)", f"{r.train_name} @ 5K (policy alone)") for r in learners}
+        assert "--on validation" in path.read_text()
+        return
     # The top-7 check simulates at most 8 candidates: under a third of the greedy expert's 30.
     assert all(row.topk in (0, 7) for row in spec.rows if row.trains) and spec.greedy_budget >= 3 * 8
     if path.stem == "coevolution_loop":
