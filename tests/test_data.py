@@ -217,6 +217,24 @@ def test_generation_runs_weeks_in_parallel_records_failures_and_resumes(tmp_path
 
 
 @pytest.mark.grid2op
+def test_generation_of_one_split_makes_its_weeks_only_and_the_rest_later(tmp_path):
+    _, generate, _ = _data_modules()
+    from data_fixtures import scripted_generator
+
+    python, env = scripted_generator(tmp_path / "fake")
+    tests = _generate(tmp_path, 7, env, python, jobs=2, splits=["test"])
+    assert tests["generated"] == ["002_2035-03-26", "005_2035-01-29"] and tests["reused"] == []
+    # The same weeks as a run of the whole set makes, byte for byte; the others come when asked for.
+    whole = _generate(tmp_path / "whole", 7, env, python, jobs=2)
+    rest = _generate(tmp_path, 7, env, python, jobs=2)
+    assert rest["reused"] == tests["generated"] and len(rest["generated"]) == 5
+    assert _differences(Path(whole["path"]), Path(rest["path"])) == []
+    for bad in ([], ["holdout"]):
+        with pytest.raises(ValueError, match=r"must be a non-empty subset of \['train', 'validation', 'test'\]"):
+            _generate(tmp_path, 7, env, python, splits=bad)
+
+
+@pytest.mark.grid2op
 def test_a_killed_generation_leaves_no_half_week_and_the_rerun_matches_a_clean_run(tmp_path):
     _data_modules()
     from data_fixtures import scripted_generator

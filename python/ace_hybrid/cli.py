@@ -327,6 +327,8 @@ def _add_report(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 def _add_data(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from ace_hybrid.data.splits import SPLITS  # no numpy: the parser stays light
+
     da = sub.add_parser(
         "data",
         help="generate weeks of an environment (chronix2grid), check them and split them by week",
@@ -351,6 +353,9 @@ def _add_data(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                      help="skip chronix2grid's AC loss correction (about 1.5x faster, rougher; a set is one or the other)")
     gen.add_argument("--steps", type=positive_int, default=None, metavar="N",
                      help="weeks of N five-minute steps instead of 2,016 (short sets for trials)")
+    gen.add_argument("--split", action="append", choices=SPLITS, default=None, dest="splits",
+                     help="only the weeks of this split among 0..N-1 (repeatable), e.g. --split test for more held-out "
+                     "weeks; the others stay missing until a run without it")
     gen.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     chk = verbs.add_parser("check", help="check every week of a set and write checks.json and splits.json")
     chk.add_argument("set", help="the set's name (under $ACE_HYBRID_DATA or ./data) or path")
@@ -491,7 +496,7 @@ def cmd_data(args: argparse.Namespace) -> int:
 
         done = generate_weeks(args.env, args.weeks, args.seed, name=args.name, root=args.root, jobs=args.jobs,
                               python=args.python, with_loss=not args.without_loss, steps=args.steps,
-                              progress=not args.no_progress)
+                              progress=not args.no_progress, splits=args.splits)
         print(f"{done['path']}: {len(done['generated'])} week(s) generated, {len(done['reused'])} already there, "
               f"{len(done['failed'])} failed, in {done['seconds']:.0f} s")
         if done["failed"]:

@@ -16,15 +16,16 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from ace_hybrid.data.sets import GeneratedSet, create_set
-from ace_hybrid.grid.env import data_root
+from ace_hybrid.data.splits import SPLITS, split_of
 from ace_hybrid.data.weeks import WeekPlan, plan_weeks
+from ace_hybrid.grid.env import data_root
 
 __all__ = ["default_name", "find_generator_python", "generate_weeks"]
 
@@ -118,7 +119,7 @@ def _run_worker(python: str, dataset: GeneratedSet, week: WeekPlan, with_loss: b
 
 def generate_weeks(env_name: str, weeks: int, seed: int, *, name: str | None = None, root: Path | None = None,
                    jobs: int = 1, python: str | None = None, with_loss: bool = True, steps: int | None = None,
-                   progress: bool = True) -> dict[str, Any]:
+                   progress: bool = True, splits: Collection[str] | None = None) -> dict[str, Any]:
     """Make (or complete) the set of ``weeks`` weeks of ``env_name`` generated with ``seed``.
 
     Parameters
@@ -139,6 +140,9 @@ def generate_weeks(env_name: str, weeks: int, seed: int, *, name: str | None = N
         chronix2grid's AC loss correction (the environment's own setting; off is faster and rougher).
     steps
         Weeks of this many 5-minute steps instead of whole weeks (2,016): short sets for tests and trials.
+    splits
+        Only the weeks of these splits (:func:`ace_hybrid.data.splits.split_of`), e.g. ``("test",)`` for more held-out
+        weeks without the hours of the training weeks between them; the others stay missing until asked for.
 
     Returns
     -------
@@ -149,10 +153,12 @@ def generate_weeks(env_name: str, weeks: int, seed: int, *, name: str | None = N
         raise ValueError(f"jobs = {jobs} out of range [1, 64]")
     if steps is not None and not 1 <= steps <= 2016:
         raise ValueError(f"steps = {steps} out of range [1, 2016] (a week has 2,016 five-minute steps)")
+    if splits is not None and (not splits or set(splits) - set(SPLITS)):
+        raise ValueError(f"splits = {sorted(splits)} must be a non-empty subset of {list(SPLITS)}")
     path = (root or data_root()) / (name or default_name(env_name, seed))
     path.parent.mkdir(parents=True, exist_ok=True)
     dataset = create_set(path, env_name, seed, with_loss=with_loss, steps=steps)
-    plan = plan_weeks(dataset.dates(), seed, weeks)
+    plan = [w for w in plan_weeks(dataset.dates(), seed, weeks) if splits is None or split_of(w.index) in splits]
     start = time.perf_counter()
     with _locked(path / ".lock"):
         shutil.rmtree(dataset.partial_dir(), ignore_errors=True)  # what a killed run left half-written
