@@ -229,6 +229,10 @@ def test_generation_of_one_split_makes_its_weeks_only_and_the_rest_later(tmp_pat
     rest = _generate(tmp_path, 7, env, python, jobs=2)
     assert rest["reused"] == tests["generated"] and len(rest["generated"]) == 5
     assert _differences(Path(whole["path"]), Path(rest["path"])) == []
+    later = _generate(tmp_path / "later", 7, env, python, splits=["test", "train"], first=3)
+    assert later["generated"] == ["003_2035-11-05", "004_2035-06-18", "005_2035-01-29"]
+    with pytest.raises(ValueError, match=r"first = 7 out of range \[0, 7\)"):
+        _generate(tmp_path, 7, env, python, first=7)
     for bad in ([], ["holdout"]):
         with pytest.raises(ValueError, match=r"must be a non-empty subset of \['train', 'validation', 'test'\]"):
             _generate(tmp_path, 7, env, python, splits=bad)
