@@ -1005,6 +1005,13 @@ def test_the_shipped_experiment_files_are_valid(path: Path, tmp_path: Path, monk
         assert spec.validation_pairs == played[0].validation_pairs and spec.cluster == "scenario"
         never_worse = [spec.row_config(r, None) for r in spec.rows if r.train_id in ("nw", "nw-b")]
         assert never_worse and all(c.env.deploy_among == 8 for c in never_worse)
+    if path.stem == "never_worse_unseen_weeks_idf_2023":  # the gated juniors, unchanged, on weeks no file played
+        others = [ex.load_experiment(p) for p in sorted((REPO / "experiments").glob("*.toml")) if p != path]
+        assert not {w for w, _ in spec.test_pairs} & {w for other in others for w, _ in other.test_pairs}
+        gate = ex.load_experiment(REPO / "experiments" / "never_worse_gate_idf_2023.toml")
+        for row in (r for r in spec.rows if r.kind == "junior"):
+            twin = next(r for r in gate.rows if r.train_id == row.train_id and r.sure == row.sure)
+            assert spec.row_config(row, None).to_dict() == gate.row_config(twin, None).to_dict()
     if not any(row.trains for row in spec.rows):  # a confirmation of fixed policies (weeks_idf_2023_new_weeks)
         assert "do-nothing" in kinds and "--share" in path.read_text()
         return
