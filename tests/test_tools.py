@@ -128,3 +128,53 @@ def test_learning_curves_reads_real_trainings_and_says_where_a_curve_rises(tmp_p
                      capsys.readouterr().out)
     with pytest.raises(SystemExit, match="no training with two evaluations or more for row\\(s\\) nothing"):
         tool.main([str(tmp_path), "--rows", "nothing"])
+
+
+def _scripted_training(folder: Path, name: str, selection: dict[int, float]) -> None:
+    """A training's selection-episode evaluations (``eval/step-*/evaluation.json``) with these survival rates."""
+    import json
+
+    for step, rate in selection.items():
+        (folder / "runs" / name / "eval" / f"step-{step:08d}").mkdir(parents=True)
+        (folder / "runs" / name / "eval" / f"step-{step:08d}" / "evaluation.json").write_text(
+            json.dumps({"episodes": [], "totals": {"survival_rate": rate}}))
+
+
+def _scripted_cell(folder: Path, name: str, budget: int, validation: float, **deploy) -> None:
+    import json
+
+    (folder / "cells-validation").mkdir(parents=True, exist_ok=True)
+    row, seed = name.rsplit("-seed", 1)
+    cell = {"train_id": row, "seed": int(seed), "budget": budget, "run_dir": f"runs/{name}", "deploy_topk": 0,
+            **deploy, "test": {"totals": {"survival_rate": validation}}}
+    suffix = "".join(f"-{k}{v}" for k, v in deploy.items())
+    (folder / "cells-validation" / f"{row}-{budget // 1000}k{suffix}-alone-seed{seed}.json").write_text(json.dumps(cell))
+
+
+def test_checkpoint_selection_finds_the_kept_checkpoint_and_scores_the_choice(tmp_path: Path, capsys) -> None:
+    tool = _tool("checkpoint_selection")
+    curve = {5000: 0.5, 10000: 0.8, 15000: 0.8, 20000: 0.6}
+    assert [tool.kept_step(curve, b) for b in (5000, 15000, 20000)] == [5000, 10000, 10000]  # the first of equals
+    with pytest.raises(ValueError, match="no evaluation at or before budget 1,000"):
+        tool.kept_step(curve, 1000)
+    a, b = tmp_path / "a", tmp_path / "b"
+    _scripted_training(a, "sac-seed0", curve)
+    _scripted_training(a, "sac-seed1", {5000: 0.9, 10000: 0.4, 20000: 0.95})
+    _scripted_training(b, "ace-seed0", {5000: 0.3, 20000: 0.7})
+    for folder, name, budget, validation in ((a, "sac-seed0", 5000, 0.4), (a, "sac-seed0", 20000, 0.7),
+                                             (a, "sac-seed1", 5000, 0.6), (a, "sac-seed1", 20000, 0.5),
+                                             (b, "ace-seed0", 5000, 0.2), (b, "ace-seed0", 20000, 0.6)):
+        _scripted_cell(folder, name, budget, validation)
+    _scripted_cell(a, "sac-seed0", 20000, 0.99, deploy_sure=0.6)  # a gated cell: not what selection evaluated
+    assert tool.main([str(a), str(b), "--out", str(tmp_path / "scatter.png")]) == 0
+    out = capsys.readouterr().out
+    assert "| a/sac-seed0 | 20,000 | 10,000 | 80.0% | 70.0% |" in out and "99.0%" not in out
+    assert "6 kept checkpoints of 3 trainings." in out
+    assert "selection survival minus validation survival: +19.2 points" in out  # (10+10+30+45+10+10) / 6
+    # Within a training the higher on selection is higher on validation in 2 of 3 pairs (sac-seed1 reverses).
+    assert "2 of 3 pairs (67%; chance 50%)" in out
+    # Selection moves: 0.3, 0.0, 0.2 (sac-seed0); 0.5, 0.55 (sac-seed1); 0.4 (ace-seed0): median 0.35.
+    assert "moves by 35.0 points (median" in out and "over 6 moves" in out
+    assert (tmp_path / "scatter.png").stat().st_size > 0
+    with pytest.raises(SystemExit, match="holds no cell"):
+        tool.main([str(tmp_path)])
