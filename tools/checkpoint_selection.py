@@ -13,7 +13,7 @@ every kept checkpoint of one or more experiment folders:
 - between consecutive evaluations of one training, on the same selection episodes, how far survival moves: any move
   there is the policy's, not the episodes'.
 
-Run:  python tools/checkpoint_selection.py runs/masked_curves_idf_2023 runs/masked_long_idf_2023 \
+Run:  PYTHONPATH=python python tools/checkpoint_selection.py runs/masked_curves_idf_2023 runs/masked_long_idf_2023 \
           [--out docs/figures/checkpoint_selection_idf_2023.png]
 """
 
@@ -28,8 +28,7 @@ from typing import Any
 
 import numpy as np
 
-BOOTSTRAP_DRAWS = 4000
-BOOTSTRAP_SEED = 0
+from ace_hybrid.experiment.statistics import BOOTSTRAP_DRAWS, BOOTSTRAP_SEED
 
 
 def selection_curve(run_dir: Path) -> dict[int, float]:
