@@ -177,6 +177,15 @@ def test_checks_pass_sound_weeks_and_flag_nan_and_impossible_production(tmp_path
     header = f'set = ["env.name=l2rpn_idf_2023", "env.data={dataset.path}", "env.eval_pairs=[[3, 7]]"]'
     with pytest.raises(ValueError, match="test_pairs: week 0 of .* is not a test week: it is a train week"):
         load_experiment(experiment_file(tmp_path / "e.toml", header=header))
+    # Test weeks not generated yet (week 9: test by its number) are refused where played, accepted where not
+    # (an experiment on its validation pairs); a flagged week is refused either way, and so is a week of another split.
+    missing = [("test_pairs", "test", [9])]
+    with pytest.raises(ValueError, match=r"week 9 of .* is not a test week: it is left out of the splits \(not in"):
+        check_split_use(str(dataset.path), missing)
+    check_split_use(str(dataset.path), missing, unplayed=("test_pairs",))
+    for weeks, why in (([5], "left out of the splits .*outside"), ([7], "it is a train week")):
+        with pytest.raises(ValueError, match=f"week {weeks[0]} of .* is not a test week: .*{why}"):
+            check_split_use(str(dataset.path), [("test_pairs", "test", weeks)], unplayed=("test_pairs",))
 
 
 # ----------------------------------------------------------------------------- generation

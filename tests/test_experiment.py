@@ -1045,6 +1045,23 @@ def test_the_shipped_experiment_files_are_valid(path: Path, tmp_path: Path, monk
             (f"{r.train_name} @ 40K (policy alone)", f"{r.train_name} @ 5K (policy alone)") for r in learners}
         assert "--on validation" in path.read_text()
         return
+    if path.stem == "averaged_policy_idf_2023":  # masked_curves's SAC-only, selection to the week's end, +/- average
+        short = ex.load_experiment(REPO / "experiments" / "masked_curves_idf_2023.toml")
+        twin = short.row_config(next(r for r in short.rows if r.train_id == "sac-only-noops"), 0)
+        learners = [r for r in spec.rows if r.trains]
+        assert spec.validation_pairs == short.validation_pairs and not set(spec.seeds) & set(range(6))
+        averages = []
+        for row in learners:  # masked_curves's SAC-only but for the selection episodes' length and the average
+            cfg = spec.row_config(row, 0)
+            assert cfg.env.eval_max_steps == 0 and cfg.env.eval_pairs == twin.env.eval_pairs
+            averages.append(cfg.sac.policy_average)
+            cfg.env.eval_max_steps, cfg.sac.policy_average = twin.env.eval_max_steps, 0.0
+            assert ex.training_fingerprint(cfg) == ex.training_fingerprint(twin)
+        assert set(averages) == {0.0, 0.99} and {r.budget for r in learners} == {5000, 20000}
+        assert {(p.a_name, p.b_name) for p in spec.primaries} == {
+            (f"{r.train_name} @ 20K (policy alone)", f"{r.train_name} @ 5K (policy alone)") for r in learners}
+        assert "--on validation" in path.read_text()
+        return
     # The top-7 check simulates at most 8 candidates: under a third of the greedy expert's 30.
     assert all(row.topk in (0, 7) for row in spec.rows if row.trains) and spec.greedy_budget >= 3 * 8
     if path.stem == "coevolution_loop":

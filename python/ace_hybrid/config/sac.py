@@ -53,6 +53,12 @@ class SACConfig:
     from the junior only where its critics earn it (behaviour-regularised RL; the warm start alone lost the
     junior's gain, docs/results.md). Dense over the legal actions (B x n per update). 0 (default): off; > 0 needs
     train.init_policy."""
+    policy_average: float = 0.0
+    """Evaluations, kept checkpoints and deployment act with a Polyak average of the actor, updated after each
+    update as average <- d * average + (1 - d) * actor with d = min(policy_average, (1 + n) / (10 + n)) at update
+    n (the warm-up keeps early averages off the random start), where exploration and the updates keep the actor
+    itself: the policy a run keeps then moves less between evaluations than the actor does (8.7 survival points
+    between consecutive evaluations, tools/checkpoint_selection.py). In [0, 1); 0 (default): off."""
     target_entropy_ratio: float = 0.5
     """Target entropy per state = ratio * log(number of legal actions), ratio in [0, 1] (see the module doc)."""
     grad_clip: float = 10.0
@@ -101,6 +107,8 @@ class SACConfig:
             v = getattr(self, name)
             if not is_real(v) or not (0.0 <= v <= 1.0):
                 raise bad(name, "a number in [0, 1]")
+        if not is_real(self.policy_average) or not 0.0 <= self.policy_average < 1.0:
+            raise bad("policy_average", "a number in [0, 1)")
         if not is_real(self.anchor_weight) or not 0.0 <= self.anchor_weight <= 1000.0:
             raise bad("anchor_weight", "a number in [0, 1000]")
         if not is_real(self.grad_clip) or not self.grad_clip > 0.0:

@@ -11,6 +11,7 @@ their test scenarios hidden.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from ace_hybrid.data.sets import GeneratedSet
@@ -61,13 +62,15 @@ def read_splits(dataset: GeneratedSet) -> dict[str, Any]:
         return json.load(f)
 
 
-def check_split_use(data: str, uses: list[tuple[str, str, list[int]]]) -> None:
+def check_split_use(data: str, uses: list[tuple[str, str, list[int]]], *, unplayed: Collection[str] = ()) -> None:
     """Check that each use of the set ``data`` takes only weeks of its split.
 
     ``uses`` holds (what, split, scenario ids), e.g. ("test_pairs", "test", [...]), ("env.train_scenarios",
-    "train", [...]). Raises ``ValueError`` naming the use, the week and the split it is in (or why it was left out);
-    ``FileNotFoundError`` when ``data`` is not a generated set or has not been checked. Folders that are not
-    generated sets (a full dataset) have no splits and are not checked here.
+    "train", [...]). The uses named in ``unplayed`` (an experiment's test pairs while it plays its validation
+    pairs) may name weeks not generated yet, of their split by :func:`split_of` (``generate --split`` makes some
+    splits only); a flagged week is refused there too. Raises ``ValueError`` naming the use, the week and the split
+    it is in (or why it was left out); ``FileNotFoundError`` when ``data`` is not a generated set or has not been
+    checked. Folders that are not generated sets (a full dataset) have no splits and are not checked here.
     """
     from ace_hybrid.data.sets import find_set
 
@@ -79,6 +82,8 @@ def check_split_use(data: str, uses: list[tuple[str, str, list[int]]]) -> None:
     for what, split, scenarios in uses:
         for k in scenarios:
             actual = where.get(int(k))
+            if actual is None and what in unplayed and str(int(k)) not in splits["flagged"]:
+                actual = split_of(int(k))  # not made yet: its split by number
             if actual != split:
                 why = (f"a {actual} week" if actual else
                        f"left out of the splits ({splits['flagged'].get(str(k), 'not in the set')})")

@@ -28,11 +28,11 @@ def check_disjoint(noun: str, pairs: Sequence[tuple[int, int]], other_name: str,
 
 
 def check_held_out(test_pairs: Sequence[tuple[int, int]], validation_pairs: Sequence[tuple[int, int]], name: str,
-                   trains: bool, cfg: Config) -> None:
+                   trains: bool, cfg: Config, on: str = "test") -> None:
     """Test and validation pairs must be neither checkpoint-selection pairs nor (possibly) training episodes of row
     ``name`` (configured ``cfg``; ``trains``: a training row); on a generated set, each takes weeks of its own split
     (test pairs test weeks; validation and checkpoint-selection pairs validation weeks; training episodes training
-    weeks)."""
+    weeks). Played ``on`` its validation pairs, an experiment's test weeks need not be generated yet."""
     selection = [(int(s), int(k)) for s, k in cfg.env.eval_pairs]
     if cfg.env.data:
         from ace_hybrid.data.splits import check_split_use
@@ -42,7 +42,7 @@ def check_held_out(test_pairs: Sequence[tuple[int, int]], validation_pairs: Sequ
             ("validation_pairs", "validation", [s for s, _ in validation_pairs]),
             (f"env.eval_pairs of row {name!r}", "validation", [s for s, _ in selection]),
             *([(f"env.train_scenarios of row {name!r}", "train", list(cfg.env.train_scenarios))] if trains else []),
-            *_junior_weeks(name, cfg)])
+            *_junior_weeks(name, cfg)], unplayed=("test_pairs",) if on == "validation" else ())
     for noun, pairs in (("test pair", test_pairs), ("validation pair", validation_pairs)):
         check_disjoint(noun, pairs, "env.eval_pairs", selection, f"row {name!r}: they choose best.pt")
         if trains:

@@ -507,7 +507,7 @@ def load_experiment(path: str | Path, overrides: Sequence[str] = (), *, rows: Se
         validation_pairs=validation_pairs, on=on, **_reporting(data, every_row))
     check_disjoint("test pair", test_pairs, "validation_pairs", validation_pairs, "configurations are chosen on them")
     for row, seed in spec.cells():
-        check_held_out(test_pairs, validation_pairs, row.name, row.trains, spec.row_config(row, seed))
+        check_held_out(test_pairs, validation_pairs, row.name, row.trains, spec.row_config(row, seed), on)
     return spec
 
 

@@ -33,7 +33,7 @@ from ace_hybrid.sac.stream import (
     soft_stream,
 )
 
-__all__ = ["DiscreteSAC", "UpdateResult"]
+__all__ = ["DiscreteSAC", "UpdateResult", "average_decay"]
 
 _STATE_FORMAT = 1
 _POLICY_STREAM = 0x5AC_D12A  # the policy-sample generator's seed is seed ^ this (independent of exploration)
@@ -83,6 +83,8 @@ class DiscreteSAC(SACPolicy):
         self.anchor: ScoreNet | None = None
         self._anchor_kl: float | None = None
         self._workspace: Workspace | None = None
+        self.actor_average: ScoreNet | None = self._frozen_copy_of_actor() if cfg.policy_average > 0 else None
+        """The Polyak average of the actor that :meth:`deployed` acts with (``sac.policy_average`` > 0), else None."""
 
     # ---------------------------------------------------------------------------------- properties
 
@@ -110,13 +112,35 @@ class DiscreteSAC(SACPolicy):
     def set_anchor(self) -> None:
         """Hold the actor as it is now (the junior a run starts from) as the anchor of ``sac.anchor_weight``: a
         frozen copy, saved with the agent's state."""
+        self.anchor = self._frozen_copy_of_actor()
+        self._factor_cache.pop("anchor", None)
+
+    def _frozen_copy_of_actor(self) -> ScoreNet:
+        """A copy of the actor as it is now, without gradient, on the agent's device."""
         # A new network, not a deepcopy (torch cannot copy the sparse feature matrix); its initial draws must not
         # advance the caller's random stream.
         with torch.random.fork_rng(devices=[]):
-            anchor = ScoreNet(self.obs_dim, self.n_actions, self.cfg, self._features)
-        anchor.load_state_dict(self.actor.state_dict())
-        self.anchor = anchor.to(self.device).requires_grad_(False)
-        self._factor_cache.pop("anchor", None)
+            copy_ = ScoreNet(self.obs_dim, self.n_actions, self.cfg, self._features)
+        copy_.load_state_dict(self.actor.state_dict())
+        return copy_.to(self.device).requires_grad_(False)
+
+    def load_policy_state(self, state: dict[str, np.ndarray]) -> None:
+        """:meth:`SACPolicy.load_policy_state`; the actor's average (``sac.policy_average``) restarts from it, as a
+        run started from a junior averages from the junior."""
+        super().load_policy_state(state)
+        if self.actor_average is not None:
+            self.actor_average.load_state_dict(self.actor.state_dict())
+
+    def deployed(self) -> SACPolicy:
+        """The policy evaluations, kept checkpoints and deployment act with: this agent itself, or with
+        ``sac.policy_average`` > 0 a policy of the same shape holding the actor's Polyak average (a copy: later
+        updates do not move it)."""
+        if self.actor_average is None:
+            return self
+        policy = SACPolicy(self.obs_dim, self.n_actions, self.cfg, action_features=self._action_features,
+                           seed=self.seed)
+        policy.load_policy_state({k: v.detach().cpu().numpy() for k, v in self.actor_average.state_dict().items()})
+        return policy
 
     # ---------------------------------------------------------------------------------- learning
 
@@ -169,6 +193,9 @@ class DiscreteSAC(SACPolicy):
         with torch.no_grad():
             for online, target in ((self.q1, self.q1_target), (self.q2, self.q2_target)):
                 torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), 1.0 - self.cfg.polyak)
+            if self.actor_average is not None:
+                torch._foreach_lerp_(list(self.actor_average.parameters()), list(self.actor.parameters()),
+                                     1.0 - average_decay(self.cfg.policy_average, self._n_updates))
         self._n_updates += 1
 
         td = (q_a - y).abs()
@@ -381,6 +408,7 @@ class DiscreteSAC(SACPolicy):
             "policy_generator": self._policy_generator.get_state(),
             "n_updates": self._n_updates,
             "anchor": None if self.anchor is None else self.anchor.state_dict(),
+            "actor_average": None if self.actor_average is None else self.actor_average.state_dict(),
         }
         for name, mod in self._modules().items():
             state[name] = mod.state_dict()
@@ -432,8 +460,19 @@ class DiscreteSAC(SACPolicy):
         if state.get("anchor") is not None:  # absent from states written before SACConfig.anchor_weight
             self.set_anchor()
             self.anchor.load_state_dict(state["anchor"])
+        if self.actor_average is not None:  # a state written without the average restarts it from the actor
+            average = state.get("actor_average")
+            self.actor_average.load_state_dict(self.actor.state_dict() if average is None else average)
         self._factor_cache.clear()
 
+
+
+def average_decay(policy_average: float, n_updates: int) -> float:
+    """The decay of the actor's average at update ``n_updates`` (0 for the first): ``sac.policy_average``, but no
+    more than (1 + n) / (10 + n), so that early on the average follows the actor instead of holding its random
+    start (the warm-up of TensorFlow's ExponentialMovingAverage): at 0.99 it lags by ~10% of the updates until
+    ~900 updates, then by ~100."""
+    return min(policy_average, (1.0 + n_updates) / (10.0 + n_updates))
 
 
 def _to_cpu(obj: Any) -> Any:

@@ -76,6 +76,7 @@ class SACPolicy:
             if not (np.issubdtype(features.dtype, np.integer) or features.dtype == np.bool_):
                 raise ValueError(f"action_features has dtype {features.dtype}: expected an integer or bool dtype")
         self.cfg = copy.deepcopy(cfg)
+        self._action_features = features  # what a policy of the same shape is built from (DiscreteSAC.deployed)
         self.device = _resolve_device(cfg.device)
         self.obs_dim, self.n_actions, self.seed = int(obs_dim), int(n_actions), int(seed)
         self._features = None if features is None else SparseFeatures(features, self.device)

@@ -43,7 +43,7 @@ class SACAgent(PolicyAgent):
 def agent_of(run: Run, env: Any) -> SACAgent:
     """The run's current policy acting in ``env`` (``env.deploy_topk``, ``env.deploy_shortlist``,
     ``env.deploy_among`` and ``env.deploy_sure`` as configured)."""
-    return SACAgent(env, run.sac, run.actions, run.features, run.normalizer, run.cfg.env.threshold,
+    return SACAgent(env, run.sac.deployed(), run.actions, run.features, run.normalizer, run.cfg.env.threshold,
                     *deployed_check(run.cfg, None, None))
 
 
@@ -70,6 +70,7 @@ def load_agent(path: str | Path, env: Any, topk: int | None = None, shortlist: i
         sac = DiscreteSAC(features.dim, len(actions), cfg.sac, action_features=actions.features(),
                           seed=cfg.train.seed)
         sac.load_state_dict(state["sac"])
+        sac = sac.deployed()
     normalizer = RunningNormalizer(features.dim)
     normalizer.load_state_dict(state["normalizer"])
     return SACAgent(env, sac, actions, features, normalizer, cfg.env.threshold,
