@@ -176,5 +176,10 @@ def test_checkpoint_selection_finds_the_kept_checkpoint_and_scores_the_choice(tm
     # Selection moves: 0.3, 0.0, 0.2 (sac-seed0); 0.5, 0.55 (sac-seed1); 0.4 (ace-seed0): median 0.35.
     assert "moves by 35.0 points (median" in out and "over 6 moves" in out
     assert (tmp_path / "scatter.png").stat().st_size > 0
+    assert tool.main([str(a), str(b), "--rows", "ace"]) == 0  # one row: ace-seed0's single move, 0.4
+    out = capsys.readouterr().out
+    assert "2 kept checkpoints of 1 trainings." in out and "moves by 40.0 points (median" in out
+    with pytest.raises(SystemExit, match=r"--rows ace,egrl: no kept checkpoint of egrl; the rows here are ace, sac"):
+        tool.main([str(a), str(b), "--rows", "ace,egrl"])
     with pytest.raises(SystemExit, match="holds no cell"):
         tool.main([str(tmp_path)])

@@ -14,7 +14,7 @@ every kept checkpoint of one or more experiment folders:
   there is the policy's, not the episodes'.
 
 Run:  PYTHONPATH=python python tools/checkpoint_selection.py runs/masked_curves_idf_2023 runs/masked_long_idf_2023 \
-          [--out docs/figures/checkpoint_selection_idf_2023.png]
+          [--rows sac-only-noops,egrl-noops] [--out docs/figures/checkpoint_selection_idf_2023.png]
 """
 
 from __future__ import annotations
@@ -178,6 +178,7 @@ def plot(records: list[dict[str, Any]], out: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folders", type=Path, nargs="+", help="experiment output folders played --on validation")
+    parser.add_argument("--rows", default=None, help="only these training rows' ids, comma-separated")
     parser.add_argument("--out", type=Path, default=None, help="also draw selection against validation survival here")
     args = parser.parse_args(argv)
     records = []
@@ -186,6 +187,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{folder} not found: give an experiment's output folder", file=sys.stderr)
             return 2
         records += kept_checkpoints(folder)
+    if args.rows is not None:
+        wanted = set(args.rows.split(","))
+        found = {r["row"] for r in records}
+        if wanted - found:
+            raise SystemExit(f"--rows {args.rows}: no kept checkpoint of {', '.join(sorted(wanted - found))}; "
+                             f"the rows here are {', '.join(sorted(found))}")
+        records = [r for r in records if r["row"] in wanted]
     if not records:
         raise SystemExit("no kept checkpoint of a training row in " + ", ".join(map(str, args.folders)))
     print(report(records))
