@@ -21,6 +21,7 @@ from ace_hybrid import experiment as ex
 from ace_hybrid.report import write_report
 from ace_hybrid.training import loop as train_module
 from ace_hybrid.config import read_toml
+from ace_hybrid.data.splits import split_of
 from ace_hybrid.training.checkpoint import load_checkpoint_file
 
 import tiny_settings  # noqa: E402 (tests/ is on sys.path: see conftest.py)
@@ -1058,6 +1059,27 @@ def test_the_shipped_experiment_files_are_valid(path: Path, tmp_path: Path, monk
             cfg.env.eval_max_steps, cfg.sac.policy_average = twin.env.eval_max_steps, 0.0
             assert ex.training_fingerprint(cfg) == ex.training_fingerprint(twin)
         assert set(averages) == {0.0, 0.99} and {r.budget for r in learners} == {5000, 20000}
+        assert {(p.a_name, p.b_name) for p in spec.primaries} == {
+            (f"{r.train_name} @ 20K (policy alone)", f"{r.train_name} @ 5K (policy alone)") for r in learners}
+        assert "--on validation" in path.read_text()
+        return
+    if path.stem == "more_updates_idf_2023":  # averaged_policy's plain row on 8 validation weeks, +/- 4 updates
+        plain = ex.load_experiment(REPO / "experiments" / "averaged_policy_idf_2023.toml")
+        plain_row = next(r for r in plain.rows if r.train_id == "sac-only-weeksel")
+        twin = plain.row_config(plain_row, 6)
+        learners = [r for r in spec.rows if r.trains]
+        weeks = {week for week, _ in spec.validation_pairs}
+        assert {week for week, _ in plain.validation_pairs} < weeks and set(plain.seeds) < set(spec.seeds)
+        assert len(weeks) == 8 and all(split_of(week) == "validation" for week in weeks)
+        updates = []
+        for row in learners:  # the plain row's training but for the updates per decision
+            cfg = spec.row_config(row, 6)
+            updates.append(cfg.train.updates_per_decision)
+            cfg.train.updates_per_decision = 1
+            assert ex.training_fingerprint(cfg) == ex.training_fingerprint(twin)
+        assert sorted(updates) == [1, 1, 4, 4] and {r.budget for r in learners} == {5000, 20000}
+        # Its seeds 6 and 7 are copied in from averaged_policy: the same run directories
+        assert any(r.train_id == plain_row.train_id and r.train_name == plain_row.train_name for r in learners)
         assert {(p.a_name, p.b_name) for p in spec.primaries} == {
             (f"{r.train_name} @ 20K (policy alone)", f"{r.train_name} @ 5K (policy alone)") for r in learners}
         assert "--on validation" in path.read_text()
