@@ -180,8 +180,11 @@ def test_checks_pass_sound_weeks_and_flag_nan_and_impossible_production(tmp_path
     # Test weeks not generated yet (week 9: test by its number) are refused where played, accepted where not
     # (an experiment on its validation pairs); a flagged week is refused either way, and so is a week of another split.
     missing = [("test_pairs", "test", [9])]
-    with pytest.raises(ValueError, match=r"week 9 of .* is not a test week: it is left out of the splits \(not in"):
-        check_split_use(str(dataset.path), missing)
+    # Where played, the error gives the command that makes exactly the missing weeks of every use.
+    both = [*missing, ("validation_pairs", "validation", [13, 6, 13])]
+    with pytest.raises(ValueError, match=r"week\(s\) 6, 9, 13 of .* are not in the set: make them with `ace-hybrid "
+                       r"data generate --env l2rpn_idf_2023 --weeks 14 --seed 0 --name .* --only 6,9,13 --jobs 2`"):
+        check_split_use(str(dataset.path), both)
     check_split_use(str(dataset.path), missing, unplayed=("test_pairs",))
     for weeks, why in (([5], "left out of the splits .*outside"), ([7], "it is a train week")):
         with pytest.raises(ValueError, match=f"week {weeks[0]} of .* is not a test week: .*{why}"):
@@ -242,6 +245,14 @@ def test_generation_of_one_split_makes_its_weeks_only_and_the_rest_later(tmp_pat
     assert later["generated"] == ["003_2035-11-05", "004_2035-06-18", "005_2035-01-29"]
     with pytest.raises(ValueError, match=r"first = 7 out of range \[0, 7\)"):
         _generate(tmp_path, 7, env, python, first=7)
+    # --only: the weeks one file uses, the same weeks a whole run makes there.
+    chosen = _generate(tmp_path / "only", 7, env, python, only=[4, 1])
+    assert chosen["generated"] == ["001_2035-08-13", "004_2035-06-18"]
+    for week in chosen["generated"]:
+        assert _differences(Path(whole["path"], "chronics", week), Path(chosen["path"], "chronics", week)) == []
+    for bad in ([], [7], [-1]):
+        with pytest.raises(ValueError, match=r"must be non-empty week numbers in \[0, 7\)"):
+            _generate(tmp_path, 7, env, python, only=bad)
     for bad in ([], ["holdout"]):
         with pytest.raises(ValueError, match=r"must be a non-empty subset of \['train', 'validation', 'test'\]"):
             _generate(tmp_path, 7, env, python, splits=bad)

@@ -1071,6 +1071,10 @@ def test_the_shipped_experiment_files_are_valid(path: Path, tmp_path: Path, monk
         weeks = {week for week, _ in spec.validation_pairs}
         assert {week for week, _ in plain.validation_pairs} < weeks and set(plain.seeds) < set(spec.seeds)
         assert len(weeks) == 8 and all(split_of(week) == "validation" for week in weeks)
+        # The header's command makes exactly the weeks the file trains and plays on (--on validation)
+        only = re.search(r"--only ([\d,]+)", path.read_text()).group(1)
+        uses = {*twin.env.train_scenarios, *(week for week, _ in twin.env.eval_pairs), *weeks}
+        assert sorted(map(int, only.split(","))) == sorted(uses)
         updates = []
         for row in learners:  # the plain row's training but for the updates per decision
             cfg = spec.row_config(row, 6)

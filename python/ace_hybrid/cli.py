@@ -357,6 +357,8 @@ def _add_data(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                      help="only the weeks of this split among 0..N-1 (repeatable), e.g. --split test for more held-out "
                      "weeks; the others stay missing until a run without it")
     gen.add_argument("--first", type=int, default=0, metavar="K", help="only weeks K..N-1 (default 0)")
+    gen.add_argument("--only", type=int_list, default=None, metavar="K,K-K",
+                     help="only these week numbers, e.g. the weeks an experiment file trains and plays on")
     gen.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     chk = verbs.add_parser("check", help="check every week of a set and write checks.json and splits.json")
     chk.add_argument("set", help="the set's name (under $ACE_HYBRID_DATA or ./data) or path")
@@ -498,7 +500,7 @@ def cmd_data(args: argparse.Namespace) -> int:
         done = generate_weeks(args.env, args.weeks, args.seed, name=args.name, root=args.root, jobs=args.jobs,
                               python=args.python, with_loss=not args.without_loss, steps=args.steps,
                               progress=not args.no_progress, splits=args.splits,
-                              first=args.first)
+                              first=args.first, only=args.only)
         print(f"{done['path']}: {len(done['generated'])} week(s) generated, {len(done['reused'])} already there, "
               f"{len(done['failed'])} failed, in {done['seconds']:.0f} s")
         if done["failed"]:

@@ -120,7 +120,7 @@ def _run_worker(python: str, dataset: GeneratedSet, week: WeekPlan, with_loss: b
 def generate_weeks(env_name: str, weeks: int, seed: int, *, name: str | None = None, root: Path | None = None,
                    jobs: int = 1, python: str | None = None, with_loss: bool = True, steps: int | None = None,
                    progress: bool = True, splits: Collection[str] | None = None,
-                   first: int = 0) -> dict[str, Any]:
+                   first: int = 0, only: Collection[int] | None = None) -> dict[str, Any]:
     """Make (or complete) the set of ``weeks`` weeks of ``env_name`` generated with ``seed``.
 
     Parameters
@@ -146,6 +146,8 @@ def generate_weeks(env_name: str, weeks: int, seed: int, *, name: str | None = N
         weeks without the hours of the training weeks between them; the others stay missing until asked for.
     first
         Only weeks ``first..weeks-1`` (the same weeks a whole run makes there), e.g. test weeks no file has played.
+    only
+        Only these week numbers (each in ``[0, weeks)``), e.g. the weeks one experiment file trains and plays on.
 
     Returns
     -------
@@ -160,11 +162,14 @@ def generate_weeks(env_name: str, weeks: int, seed: int, *, name: str | None = N
         raise ValueError(f"splits = {sorted(splits)} must be a non-empty subset of {list(SPLITS)}")
     if not 0 <= first < weeks:
         raise ValueError(f"first = {first} out of range [0, {weeks}) (weeks = {weeks})")
+    if only is not None and (not only or not all(0 <= k < weeks for k in only)):
+        raise ValueError(f"only = {sorted(only)} must be non-empty week numbers in [0, {weeks}) (weeks = {weeks})")
     path = (root or data_root()) / (name or default_name(env_name, seed))
     path.parent.mkdir(parents=True, exist_ok=True)
     dataset = create_set(path, env_name, seed, with_loss=with_loss, steps=steps)
     plan = [w for w in plan_weeks(dataset.dates(), seed, weeks)
-            if w.index >= first and (splits is None or split_of(w.index) in splits)]
+            if w.index >= first and (splits is None or split_of(w.index) in splits)
+            and (only is None or w.index in only)]
     start = time.perf_counter()
     with _locked(path / ".lock"):
         shutil.rmtree(dataset.partial_dir(), ignore_errors=True)  # what a killed run left half-written

@@ -17,7 +17,7 @@ from typing import Any
 from ace_hybrid.data.sets import GeneratedSet
 from ace_hybrid.files import atomic_write_json
 
-__all__ = ["PATTERN", "SPLITS", "check_split_use", "read_splits", "split_of", "write_splits"]
+__all__ = ["PATTERN", "SPLITS", "check_split_use", "make_weeks_command", "read_splits", "split_of", "write_splits"]
 
 #: The split of week k is PATTERN[k % 7].
 PATTERN = ("train", "train", "test", "train", "train", "test", "validation")
@@ -69,8 +69,9 @@ def check_split_use(data: str, uses: list[tuple[str, str, list[int]]], *, unplay
     "train", [...]). The uses named in ``unplayed`` (an experiment's test pairs while it plays its validation
     pairs) may name weeks not generated yet, of their split by :func:`split_of` (``generate --split`` makes some
     splits only); a flagged week is refused there too. Raises ``ValueError`` naming the use, the week and the split
-    it is in (or why it was left out); ``FileNotFoundError`` when ``data`` is not a generated set or has not been
-    checked. Folders that are not generated sets (a full dataset) have no splits and are not checked here.
+    it is in (or why it was left out), or the weeks of the right split the other uses need that are not generated
+    yet, with the command that makes them; ``FileNotFoundError`` when ``data`` is not a generated set or has not
+    been checked. Folders that are not generated sets (a full dataset) have no splits and are not checked here.
     """
     from ace_hybrid.data.sets import find_set
 
@@ -79,12 +80,28 @@ def check_split_use(data: str, uses: list[tuple[str, str, list[int]]], *, unplay
         return
     splits = read_splits(dataset)
     where = {k: s for s in SPLITS for k in splits[s]}
+    missing: set[int] = set()
     for what, split, scenarios in uses:
         for k in scenarios:
             actual = where.get(int(k))
-            if actual is None and what in unplayed and str(int(k)) not in splits["flagged"]:
+            if actual is None and str(int(k)) not in splits["flagged"]:
                 actual = split_of(int(k))  # not made yet: its split by number
+                if what not in unplayed and actual == split:
+                    missing.add(int(k))  # named after every misused week, with the command that makes them
             if actual != split:
-                why = (f"a {actual} week" if actual else
-                       f"left out of the splits ({splits['flagged'].get(str(k), 'not in the set')})")
+                why = f"a {actual} week" if actual else f"left out of the splits ({splits['flagged'][str(int(k))]})"
                 raise ValueError(f"{what}: week {k} of {data} is not a {split} week: it is {why}")
+    if missing:
+        raise ValueError(f"week(s) {', '.join(map(str, sorted(missing)))} of {data} are not in the set: "
+                         f"{make_weeks_command(dataset, missing)}")
+
+
+def make_weeks_command(dataset: GeneratedSet, weeks: Collection[int]) -> str:
+    """The commands that generate exactly ``weeks`` of ``dataset`` (the same weeks a whole run makes) and check them."""
+    meta = dataset.meta
+    options = " --without-loss" if not meta.get("with_loss", True) else ""
+    options += f" --steps {meta['steps']}" if meta.get("steps") else ""
+    return (f"make them with `ace-hybrid data generate --env {meta['env']} --weeks {max(weeks) + 1} "
+            f"--seed {meta['seed']} --name {dataset.path.name} --root {dataset.path.parent}{options} "
+            f"--only {','.join(map(str, sorted(weeks)))} --jobs 2`, then `ace-hybrid data check {dataset.path} "
+            f"--jobs 2`")
