@@ -983,15 +983,16 @@ def test_the_shipped_experiment_files_are_valid(path: Path, tmp_path: Path, monk
     assert len(spec.test_pairs) >= 32 and len(set(seeds)) == len(seeds)
     assert not set(seeds) & _validation_seeds()
     # Configurations are chosen on validation pairs: disjoint from the test pairs (load_experiment checks the rest).
-    assert len(spec.validation_pairs) >= 16 and not set(spec.validation_pairs) & set(spec.test_pairs)
+    # The replication plays 3 weeks from the 4 episode seeds it declared (its 4th week was flagged by the checks).
+    fewer = path.stem == "rise_new_weeks_idf_2023"
+    assert len(spec.validation_pairs) >= (12 if fewer else 16) and not set(spec.validation_pairs) & set(spec.test_pairs)
     env = spec.row_config(spec.rows[0], None if not spec.rows[0].trains else 0).env
     tested, validated = {s for s, _ in spec.test_pairs}, {s for s, _ in spec.validation_pairs}
     if env.data:  # generated weeks: held out by week (test, validation and selection, training weeks apart)
         selection = {s for s, _ in env.eval_pairs}
         flagged = path.stem == "never_worse_unseen_weeks_idf_2023"  # 8 declared, one flagged by the checks
         # A replication plays weeks its checkpoints were not chosen on; every other file validates on them too.
-        replication = path.stem == "rise_new_weeks_idf_2023"
-        assert len(tested) >= (7 if flagged else 8) and (not selection & validated if replication
+        assert len(tested) >= (7 if flagged else 8) and (not selection & validated if fewer
                                                          else selection <= validated)
         assert not tested & validated and not (tested | validated) & set(env.train_scenarios)
     else:  # an offline copy's few scenarios: every one is tested, and validated on
@@ -1102,7 +1103,7 @@ def test_the_shipped_experiment_files_are_valid(path: Path, tmp_path: Path, monk
         weeks = {week for week, _ in spec.validation_pairs}
         played = {week for week, _ in plain.validation_pairs} | {week for week, _ in spec.row_config(
             learners[0], 6).env.eval_pairs}
-        assert weeks == {69, 76, 83, 90} and not weeks & played
+        assert weeks == {69, 76, 90} and not weeks & played  # week 83 flagged by the checks
         assert all(split_of(week) == "validation" for week in weeks)
         assert [(p.a_name, p.b_name) for p in spec.primaries] == [
             ("SAC-only, week-long selection @ 20K (policy alone)", "SAC-only, week-long selection @ 5K (policy alone)")]
