@@ -4,6 +4,7 @@ resumability, errors that name the culprit, and the shipped experiment files."""
 from __future__ import annotations
 
 import dataclasses
+from itertools import takewhile
 import importlib.util
 import json
 import re
@@ -946,6 +947,12 @@ deploy_topk = [0]
 
 # ----------------------------------------------------------------------------- the shipped experiment files
 
+# The replications of goal 4's rise (more_updates_idf_2023's plain checkpoints), in the order they ran, with their
+# weeks: each plays only validation weeks no earlier file played (the weeks the checks flagged are left out: 83).
+REPLICATIONS = {"rise_new_weeks_idf_2023": {69, 76, 90},
+                "rise_more_weeks_idf_2023": {97, 104, 111, 118, 125, 132, 139, 146, 153, 160}}
+
+
 def _validation_seeds() -> set[int]:
     return {int(seed) for config in (REPO / "configs").glob("*.toml")
             for _, seed in read_toml(config, "config").get("env", {}).get("eval_pairs", [])}
@@ -984,8 +991,8 @@ def test_the_shipped_experiment_files_are_valid(path: Path, tmp_path: Path, monk
     assert not set(seeds) & _validation_seeds()
     # Configurations are chosen on validation pairs: disjoint from the test pairs (load_experiment checks the rest).
     # The replication plays 3 weeks from the 4 episode seeds it declared (its 4th week was flagged by the checks).
-    fewer = path.stem == "rise_new_weeks_idf_2023"
-    assert len(spec.validation_pairs) >= (12 if fewer else 16)
+    replication = path.stem in REPLICATIONS
+    assert len(spec.validation_pairs) >= (12 if path.stem == "rise_new_weeks_idf_2023" else 16)
     assert not set(spec.validation_pairs) & set(spec.test_pairs)
     env = spec.row_config(spec.rows[0], None if not spec.rows[0].trains else 0).env
     tested, validated = {s for s, _ in spec.test_pairs}, {s for s, _ in spec.validation_pairs}
@@ -993,7 +1000,7 @@ def test_the_shipped_experiment_files_are_valid(path: Path, tmp_path: Path, monk
         selection = {s for s, _ in env.eval_pairs}
         flagged = path.stem == "never_worse_unseen_weeks_idf_2023"  # 8 declared, one flagged by the checks
         # A replication plays weeks its checkpoints were not chosen on; every other file validates on them too.
-        assert len(tested) >= (7 if flagged else 8) and (not selection & validated if fewer
+        assert len(tested) >= (7 if flagged else 8) and (not selection & validated if replication
                                                          else selection <= validated)
         assert not tested & validated and not (tested | validated) & set(env.train_scenarios)
     else:  # an offline copy's few scenarios: every one is tested, and validated on
@@ -1093,7 +1100,7 @@ def test_the_shipped_experiment_files_are_valid(path: Path, tmp_path: Path, monk
             (f"{r.train_name} @ 20K (policy alone)", f"{r.train_name} @ 5K (policy alone)") for r in learners}
         assert "--on validation" in path.read_text()
         return
-    if path.stem == "rise_new_weeks_idf_2023":  # more_updates's plain checkpoints on 3 validation weeks never played
+    if replication:  # more_updates's plain checkpoints on validation weeks no file had played
         plain = ex.load_experiment(REPO / "experiments" / "more_updates_idf_2023.toml")
         twin_row = next(r for r in plain.rows if r.train_id == "sac-only-weeksel")
         learners = [r for r in spec.rows if r.trains]
@@ -1102,9 +1109,10 @@ def test_the_shipped_experiment_files_are_valid(path: Path, tmp_path: Path, monk
             assert ex.training_fingerprint(spec.row_config(row, 6)) == ex.training_fingerprint(
                 plain.row_config(twin_row, 6))
         weeks = {week for week, _ in spec.validation_pairs}
-        played = {week for week, _ in plain.validation_pairs} | {week for week, _ in spec.row_config(
-            learners[0], 6).env.eval_pairs}
-        assert weeks == {69, 76, 90} and not weeks & played  # week 83 flagged by the checks
+        earlier = [*takewhile(lambda stem: stem != path.stem, REPLICATIONS)]
+        played = {week for week, _ in [*spec.row_config(learners[0], 6).env.eval_pairs, *plain.validation_pairs]}
+        played |= set().union(*(REPLICATIONS[stem] for stem in earlier))
+        assert weeks == REPLICATIONS[path.stem] and not weeks & played
         assert all(split_of(week) == "validation" for week in weeks)
         assert [(p.a_name, p.b_name) for p in spec.primaries] == [
             ("SAC-only, week-long selection @ 20K (policy alone)", "SAC-only, week-long selection @ 5K (policy alone)")]
