@@ -220,6 +220,21 @@ def test_an_experiment_row_tests_the_junior_its_set_names(collection: Path, tmp_
     weekly = subprocess.run([sys.executable, str(tool), str(tmp_path / "out" / "results.json"), "junior-alone",
                              "donothing", "--per-week"], capture_output=True, text=True, check=True).stdout
     assert "| Week | junior-alone | donothing |" in weekly and weekly.count("\n| 0 | ") == weekly.count("\n| 1 | ") == 1
+    # A file's pairs split in two files and pooled with --also are the file itself (pairs in the same order).
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    cut = len(results["pairs"]) // 2
+    for name, part in (("first.json", slice(None, cut)), ("second.json", slice(cut, None))):
+        half = {**results, "pairs": results["pairs"][part], "rows": [
+            {**r, "episodes": {f: [per_seed[part] for per_seed in v] for f, v in r["episodes"].items()}}
+            for r in results["rows"]]}
+        (tmp_path / name).write_text(json.dumps(half))
+    pooled = subprocess.run([sys.executable, str(tool), str(tmp_path / "first.json"), "--also",
+                             str(tmp_path / "second.json"), "junior-alone", "donothing"], capture_output=True,
+                            text=True, check=True).stdout
+    assert pooled == by_week and "p (uncorrected)" in pooled
+    twice = subprocess.run([sys.executable, str(tool), str(tmp_path / "first.json"), "--also",
+                            str(tmp_path / "first.json"), "junior-alone", "donothing"], capture_output=True, text=True)
+    assert twice.returncode == 2 and "pair is in two of the files" in twice.stderr
     bad = subprocess.run([sys.executable, str(tool), str(tmp_path / "out" / "results.json"), "nope", "junior-alone"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "no row nope" in bad.stderr
