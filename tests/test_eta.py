@@ -3,6 +3,7 @@ long first cell does not make the cheap ones left look long (make run once read 
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from ace_hybrid.experiment import load_experiment
 from ace_hybrid.experiment.eta import (FULL_EPISODE_STEPS, TEST_SECONDS, TRAIN_SECONDS, RemainingTime, cost_class,
                                        format_duration)
-from ace_hybrid.experiment.schedule import cell_groups
+from ace_hybrid.experiment.schedule import cell_groups, results_as_finished
 
 import tiny_settings  # tests/ is on sys.path: see conftest.py
 
@@ -124,3 +125,23 @@ def test_the_bar_shows_the_estimate_not_a_mean_over_cells(tmp_path: Path, capfd:
     run_experiment(load_experiment(path), tmp_path / "out", progress=True)
     bar = capfd.readouterr().err
     assert "left, ends ~" in bar and "cell/s" not in bar and "s/cell" not in bar, bar
+
+
+
+def test_the_bar_moves_as_each_group_finishes_not_when_all_have() -> None:
+    # With --jobs 2 the bar once stayed at 0 until every group had finished (wait(FIRST_EXCEPTION) returns on the
+    # first failure or when all are done): a finished group's cells now arrive while another still runs.
+    slow, fast = Future(), Future()
+    fast.set_result(["fast"])
+    results = results_as_finished({slow, fast})
+    assert next(results) == ["fast"] and not slow.done()
+    slow.set_result(["slow"])
+    assert list(results) == [["slow"]]
+
+
+def test_the_first_failing_group_is_raised_and_the_waiting_ones_cancelled() -> None:
+    failing, waiting = Future(), Future()
+    failing.set_exception(RuntimeError("group 2 failed"))
+    with pytest.raises(RuntimeError, match="group 2 failed"):
+        list(results_as_finished({failing, waiting}))
+    assert waiting.cancelled()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
@@ -197,22 +198,31 @@ def _run_in_workers(spec: ExperimentSpec, todo: Sequence[Cell], out: Path,
     cells as groups finish. A failing group stops the experiment after the running groups finish (their cells are
     saved; a rerun continues)."""
     import multiprocessing
-    from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+    from concurrent.futures import ProcessPoolExecutor
 
     groups = longest_first(cell_groups(todo))
     with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
                              initializer=start_child, initargs=(os.getpid(),)) as pool:
         pending = {pool.submit(_run_group_in_worker, spec, group, out, trained) for group in groups}
-        while pending:
-            finished, pending = wait(pending, return_when=FIRST_EXCEPTION)
-            for future in finished:
-                if future.exception() is not None:
-                    for other in pending:
-                        other.cancel()
-                    raise future.exception()
-                for cell in future.result():
-                    advance(cell)
-                    yield cell
+        for cells in results_as_finished(pending):
+            for cell in cells:
+                advance(cell)
+                yield cell
+
+
+def results_as_finished(pending: set[Future]) -> Iterator[Any]:
+    """Each future's result as soon as it finishes (the progress bar moves per group, not at the end); the first
+    failure cancels the futures not yet started and is raised."""
+    from concurrent.futures import FIRST_COMPLETED, wait
+
+    while pending:
+        finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+        for future in finished:
+            if future.exception() is not None:
+                for other in pending:
+                    other.cancel()
+                raise future.exception()
+            yield future.result()
 
 
 def _finished_trainings(out: Path) -> dict[tuple[str, str], dict[str, Any]]:
