@@ -948,9 +948,10 @@ deploy_topk = [0]
 # ----------------------------------------------------------------------------- the shipped experiment files
 
 # The replications of goal 4's rise (more_updates_idf_2023's plain checkpoints), in the order they ran, with their
-# weeks: each plays only validation weeks no earlier file played (the weeks the checks flagged are left out: 83).
+# weeks: each plays only validation weeks no earlier file played (the weeks the checks flagged are left out: 83;
+# 97, 125, 139, 146, 160).
 REPLICATIONS = {"rise_new_weeks_idf_2023": {69, 76, 90},
-                "rise_more_weeks_idf_2023": {97, 104, 111, 118, 125, 132, 139, 146, 153, 160}}
+                "rise_more_weeks_idf_2023": {104, 111, 118, 132, 153}}
 
 
 def _validation_seeds() -> set[int]:
@@ -990,9 +991,10 @@ def test_the_shipped_experiment_files_are_valid(path: Path, tmp_path: Path, monk
     assert len(spec.test_pairs) >= 32 and len(set(seeds)) == len(seeds)
     assert not set(seeds) & _validation_seeds()
     # Configurations are chosen on validation pairs: disjoint from the test pairs (load_experiment checks the rest).
-    # The replication plays 3 weeks from the 4 episode seeds it declared (its 4th week was flagged by the checks).
+    # The replications play fewer pairs than they declared: the checks flagged 1 of 4 weeks and 5 of 10.
     replication = path.stem in REPLICATIONS
-    assert len(spec.validation_pairs) >= (12 if path.stem == "rise_new_weeks_idf_2023" else 16)
+    assert len(spec.validation_pairs) >= {"rise_new_weeks_idf_2023": 12, "rise_more_weeks_idf_2023": 15}.get(path.stem,
+                                                                                                           16)
     assert not set(spec.validation_pairs) & set(spec.test_pairs)
     env = spec.row_config(spec.rows[0], None if not spec.rows[0].trains else 0).env
     tested, validated = {s for s, _ in spec.test_pairs}, {s for s, _ in spec.validation_pairs}
