@@ -953,6 +953,11 @@ deploy_topk = [0]
 REPLICATIONS = {"rise_new_weeks_idf_2023": {69, 76, 90},
                 "rise_more_weeks_idf_2023": {104, 111, 118, 132, 153}}
 
+# The files that play masked_curves_idf_2023's learners, with week-long selection, on the replications' 48 pairs:
+# their rows' ids and their twins' in masked_curves, the last one trained by the file (the earlier ones copied in).
+RISE_WEEKS_TWINS = {"egrl_rise_weeks_idf_2023": {"egrl-weeksel": "egrl-noops"},
+                    "ace_rise_weeks_idf_2023": {"egrl-weeksel": "egrl-noops", "ace-weeksel": "ace-noops"}}
+
 
 def _validation_seeds() -> set[int]:
     return {int(seed) for config in (REPO / "configs").glob("*.toml")
@@ -1102,12 +1107,14 @@ def test_the_shipped_experiment_files_are_valid(path: Path, tmp_path: Path, monk
             (f"{r.train_name} @ 20K (policy alone)", f"{r.train_name} @ 5K (policy alone)") for r in learners}
         assert "--on validation" in path.read_text()
         return
-    if path.stem == "egrl_rise_weeks_idf_2023":  # masked_curves's expert-guided RL on the SAC-only files' 48 pairs
+    if path.stem in RISE_WEEKS_TWINS:  # masked_curves's learners on the SAC-only files' 48 pairs
         curves = ex.load_experiment(REPO / "experiments" / "masked_curves_idf_2023.toml")
-        twin = curves.row_config(next(r for r in curves.rows if r.train_id == "egrl-noops"), 6)
         learners = [r for r in spec.rows if r.trains]
-        assert {r.train_id for r in learners} == {"egrl-weeksel"} and {r.budget for r in learners} == {5000, 20000}
+        assert {r.train_id for r in learners} == set(RISE_WEEKS_TWINS[path.stem])
+        assert {r.budget for r in learners} == {5000, 20000}
         for row in learners:  # but for selection episodes played to the week's end, as SAC-only's
+            twin = curves.row_config(next(r for r in curves.rows
+                                          if r.train_id == RISE_WEEKS_TWINS[path.stem][row.train_id]), 6)
             cfg = spec.row_config(row, 6)
             assert cfg.env.eval_max_steps == 0 and cfg.env.eval_pairs == twin.env.eval_pairs
             cfg.env.eval_max_steps = twin.env.eval_max_steps
@@ -1115,9 +1122,9 @@ def test_the_shipped_experiment_files_are_valid(path: Path, tmp_path: Path, monk
         sac_files = ["more_updates_idf_2023", *REPLICATIONS]
         assert spec.validation_pairs == [pair for stem in sac_files for pair in ex.load_experiment(
             REPO / "experiments" / f"{stem}.toml").validation_pairs]
+        newest = [r for r in learners if r.train_id == [*RISE_WEEKS_TWINS[path.stem]][-1]]
         assert spec.seeds == [6, 7, 8] and [(p.a_name, p.b_name) for p in spec.primaries] == [
-            ("Expert-guided RL, week-long selection @ 20K (policy alone)",
-             "Expert-guided RL, week-long selection @ 5K (policy alone)")]
+            (f"{newest[0].train_name} @ 20K (policy alone)", f"{newest[0].train_name} @ 5K (policy alone)")]
         assert "--on validation" in path.read_text()
         return
     if replication:  # more_updates's plain checkpoints on validation weeks no file had played
