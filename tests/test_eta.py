@@ -127,7 +127,6 @@ def test_the_bar_shows_the_estimate_not_a_mean_over_cells(tmp_path: Path, capfd:
     assert "left, ends ~" in bar and "cell/s" not in bar and "s/cell" not in bar, bar
 
 
-
 def test_the_bar_moves_as_each_group_finishes_not_when_all_have() -> None:
     # With --jobs 2 the bar once stayed at 0 until every group had finished (wait(FIRST_EXCEPTION) returns on the
     # first failure or when all are done): a finished group's cells now arrive while another still runs.

@@ -4,13 +4,13 @@ resumability, errors that name the culprit, and the shipped experiment files."""
 from __future__ import annotations
 
 import dataclasses
-from itertools import takewhile
 import importlib.util
 import json
 import re
 import subprocess
 import sys
 import types
+from itertools import takewhile
 from pathlib import Path
 
 import numpy as np
@@ -998,8 +998,8 @@ def test_the_shipped_experiment_files_are_valid(path: Path, tmp_path: Path, monk
     # Configurations are chosen on validation pairs: disjoint from the test pairs (load_experiment checks the rest).
     # The replications play fewer pairs than they declared: the checks flagged 1 of 4 weeks and 5 of 10.
     replication = path.stem in REPLICATIONS
-    assert len(spec.validation_pairs) >= {"rise_new_weeks_idf_2023": 12, "rise_more_weeks_idf_2023": 15}.get(path.stem,
-                                                                                                           16)
+    fewer = {"rise_new_weeks_idf_2023": 12, "rise_more_weeks_idf_2023": 15}
+    assert len(spec.validation_pairs) >= fewer.get(path.stem, 16)
     assert not set(spec.validation_pairs) & set(spec.test_pairs)
     env = spec.row_config(spec.rows[0], None if not spec.rows[0].trains else 0).env
     tested, validated = {s for s, _ in spec.test_pairs}, {s for s, _ in spec.validation_pairs}
