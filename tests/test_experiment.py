@@ -624,6 +624,31 @@ def test_deploy_sure_adds_the_policy_alone_where_it_is_sure_and_fails_naming_the
     assert ("sac-top4", "sac-alone", "the top-k check's share") in made
 
 
+def test_deploy_threshold_adds_the_policy_alone_deciding_from_a_higher_rho(tmp_path: Path) -> None:
+    spec = _one_row_file(tmp_path, 'id = "sac"\ndeploy_topk = [0, 4]\ndeploy_threshold = [0.95, 1]')
+    threshold = spec.row_config(spec.rows[0], 0).env.threshold
+    assert [(r.id, r.name, r.topk, r.threshold, r.train_id) for r in spec.rows] == [
+        ("sac-alone", "SAC (policy alone)", 0, None, "sac"),
+        ("sac-rho0.95", "SAC (policy alone, from rho 0.95)", 0, 0.95, "sac"),
+        ("sac-rho1", "SAC (policy alone, from rho 1)", 0, 1.0, "sac"),
+        ("sac-top4", "SAC + top-4 check", 4, None, "sac")]
+    _one_run_two_cells(spec, *spec.rows[:2])
+    for bad in ("[0]", "[6]", "[1.0, 1.0]", "1.0", "[true]"):
+        _refuses_sac_row(tmp_path, f"deploy_topk = [0, 4]\ndeploy_threshold = {bad}",
+                         rf"deploy_threshold = {re.escape(bad.replace('true', 'True'))} \(row 'SAC'\) must be a "
+                         r"non-empty list of distinct max-rho levels in \(0, 5\]")
+    _refuses_sac_row(tmp_path, "deploy_topk = [4]\ndeploy_threshold = [1.0]",
+                     r"deploy_threshold \(row 'SAC'\) sets where the policy alone decides: give deploy_topk with a 0")
+    # Under the row's own env.threshold the policy would decide in states it never trained in.
+    _refuses_sac_row(tmp_path, f"deploy_topk = [0]\ndeploy_threshold = [{threshold / 2:g}]",
+                     rf"deploy_threshold {threshold / 2:g} \(row 'SAC'\) is below its env.threshold {threshold:g}.*"
+                     rf"valid: \[{threshold:g}, 5\]")
+    made = ex.comparisons_to_make([{"id": r.id, "kind": r.kind, "train_id": r.train_id, "deploy_topk": r.topk,
+                                    "deploy_threshold": r.threshold, "budget": None} for r in spec.rows])
+    assert [(a, b) for a, b, why in made if why == "the restriction's share"] == [("sac-rho0.95", "sac-alone"),
+                                                                                 ("sac-rho1", "sac-alone")]
+
+
 def _refuses_sac_row(tmp_path: Path, keys: str, message: str) -> None:
     """A file whose one row, "SAC" (sac-only), has these extra keys fails to load with ``message``."""
     path = write_experiment(tmp_path / "bad.toml", rows=f'[[rows]]\nname = "SAC"\nkind = "sac-only"\n{keys}\n')
@@ -1106,6 +1131,24 @@ def test_the_shipped_experiment_files_are_valid(path: Path, tmp_path: Path, monk
         assert {(p.a_name, p.b_name) for p in spec.primaries} == {
             (f"{r.train_name} @ 20K (policy alone)", f"{r.train_name} @ 5K (policy alone)") for r in learners}
         assert "--on validation" in path.read_text()
+        return
+    if path.stem == "deploy_threshold_idf_2023":  # ace_rise_weeks's 20K policies deployed from max rho 1.0
+        rise = ex.load_experiment(REPO / "experiments" / "ace_rise_weeks_idf_2023.toml", on="validation")
+        ours = ex.load_experiment(path, on="validation")
+        assert ours.pairs == rise.pairs and len(set(spec.test_pairs)) == 32
+        for row in (r for r in ours.rows if r.trains):  # the same trainings, the plain rows the same cells
+            twin = next(r for r in rise.rows if r.train_id == row.train_id and r.budget == row.budget)
+            cfg = ours.row_config(row, 6)
+            assert ex.training_fingerprint(cfg) == ex.training_fingerprint(rise.row_config(twin, 6))
+            assert row.threshold in (None, 1.0) and (row.threshold is not None or ex.cells.fingerprint(
+                ours, row, cfg) == ex.cells.fingerprint(rise, twin, rise.row_config(twin, 6)))
+        others = [ex.load_experiment(p) for p in (REPO / "experiments").glob("*.toml") if p != path]
+        assert not {seed for _, seed in spec.test_pairs} & {seed for other in others
+                                                            for _, seed in [*other.test_pairs, *other.validation_pairs]}
+        assert {(p.a_name.split(" @")[0], p.b_name.split(" @")[0]) for p in spec.primaries} == {
+            (a, b) for a in ("Expert-guided RL, week-long selection", "ACE, week-long selection")
+            for b in (a, "DoNothing")}
+        assert all(p.a_name.endswith("@ 20K (policy alone, from rho 1)") for p in spec.primaries)
         return
     if path.stem in RISE_WEEKS_TWINS:  # masked_curves's learners on the SAC-only files' 48 pairs
         curves = ex.load_experiment(REPO / "experiments" / "masked_curves_idf_2023.toml")

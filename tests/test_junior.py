@@ -645,6 +645,33 @@ def test_a_policy_alone_among_the_shortlist_plays_one_of_its_candidates(collecti
         load_config(None, [*COLLECT, "env.deploy_among=1"])
 
 
+def test_a_policy_deployed_from_a_higher_threshold_leaves_the_states_below_to_the_safe_rule(
+        collection: Path, tmp_path: Path) -> None:
+    """``env.deploy_threshold = t``: a trained policy decides only where max rho >= t, the safe rule below; the
+    argument, else the run's own setting (an experiment's junior row: the row's), else ``env.threshold``."""
+    from ace_hybrid.experiment.cells import baseline_agent
+
+    path = save_junior(tmp_path / "junior.pt", fit_junior(collection, epochs=2, progress=False))
+    env = make_env("l2rpn_case14_sandbox", seed=0)
+    try:
+        trained_at = load_config(None, COLLECT).env.threshold
+        assert make_agent(f"checkpoint:{path}", env, topk=0).threshold == trained_at
+        obs = env.reset()
+        rho = float(np.max(obs.rho))
+        low, high = (make_agent(f"checkpoint:{path}", env, topk=0, threshold=t) for t in (rho * 0.99, rho * 1.01))
+        assert low.safe_rule.threshold == rho * 0.99 and high.safe_rule.threshold == rho * 1.01
+        low.act(obs, 0.0), high.act(obs, 0.0)
+        assert (low.decisions, high.decisions) == (1, 0)  # the higher threshold leaves this state to the safe rule
+        cfg = load_config(None, [*COLLECT, f"train.init_policy={path}", f"env.deploy_threshold={trained_at + 0.1}"])
+        assert baseline_agent("junior", env, cfg, 4, topk=0).threshold == trained_at + 0.1
+        assert baseline_agent("junior", env, cfg, 4, topk=0, threshold=2.0).threshold == 2.0
+    finally:
+        env.close()
+    for bad in (trained_at / 2, 5.5):
+        with pytest.raises(ValueError, match=rf"env.deploy_threshold = {bad}.*must be 0 or in \[env.threshold = "):
+            load_config(None, [*COLLECT, f"env.deploy_threshold={bad}"])
+
+
 def test_a_policy_alone_does_nothing_where_it_is_not_sure(collection: Path, tmp_path: Path) -> None:
     """``env.deploy_sure = p``: the policy alone plays its most likely action only where it gives it at least p
     (among the actions it chooses from), else does nothing; an experiment's junior row applies its own setting."""

@@ -47,7 +47,8 @@ def make_agent(spec: str, env: Any, *, threshold: float | None = None, budget: i
     env
         The grid2op environment the agent acts in.
     threshold
-        Danger threshold on max rho; None: ``cfg.env.threshold`` (0.9 by default).
+        Danger threshold on max rho; None: ``cfg.env.threshold`` (0.9 by default), and for a trained policy its run's
+        own ``env.deploy_threshold`` (0: its ``env.threshold``).
     budget
         Simulations per decision of the greedy expert.
     topk
@@ -63,6 +64,7 @@ def make_agent(spec: str, env: Any, *, threshold: float | None = None, budget: i
     cfg
         The configuration the LAC agent takes its LLM from (default: the embedded model).
     """
+    given = threshold  # a trained policy's own run says how it is deployed where this is None
     if threshold is None:
         threshold = cfg.env.threshold if cfg is not None else 0.9
     if spec in RENAMED_AGENTS:
@@ -84,11 +86,11 @@ def make_agent(spec: str, env: Any, *, threshold: float | None = None, budget: i
     if spec.startswith("checkpoint:"):
         from ace_hybrid.training.policy import load_agent
 
-        return load_agent(spec.split(":", 1)[1], env, topk, shortlist, among, sure)
+        return load_agent(spec.split(":", 1)[1], env, topk, shortlist, among, sure, given)
     if spec.startswith("maskable-ppo:"):
         from ace_hybrid.training.ppo import load_ppo_agent
 
-        return load_ppo_agent(spec.split(":", 1)[1], env, topk, shortlist, among, sure)
+        return load_ppo_agent(spec.split(":", 1)[1], env, topk, shortlist, among, sure, given)
     if spec == "lac":
         from ace_hybrid.llm.lac_agent import make_lac_agent
 

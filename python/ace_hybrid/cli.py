@@ -233,7 +233,9 @@ def _add_evaluate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                     help="with N > 0 the episode seed also chooses the step its episode starts at, in [0, N) "
                          "(env.start_spread of a configuration; default 0: the scenario's first step)")
     ev.add_argument("--max-steps", type=int, default=None, help="cut every episode after this many steps")
-    ev.add_argument("--threshold", type=float, default=0.9, help="danger threshold on max rho (default 0.9)")
+    ev.add_argument("--threshold", type=float, default=None,
+                    help="danger threshold on max rho: the agent decides at or above it, the safe rule acts below "
+                    "(default 0.9; a trained agent's own env.deploy_threshold, else its env.threshold)")
     ev.add_argument("--budget", type=int, default=30, help="greedy expert: simulations per decision (default 30)")
     ev.add_argument("--topk", type=int, default=None,
                     help="trained agents: simulate the policy's k most likely actions and play the safest "

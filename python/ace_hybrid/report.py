@@ -236,8 +236,8 @@ def plot_budget_curve(results: dict[str, Any], fig_dir: Path) -> str | None:
     lines: dict[tuple[str, Any], list[dict[str, Any]]] = {}
     for r in rows:
         lines.setdefault((r["train_id"], r.get("deploy_topk"), r.get("deploy_shortlist"), r.get("deploy_among"),
-                          r.get("deploy_sure")), []).append(r)
-    for (train_id, topk, shortlist, among, sure), group in lines.items():
+                          r.get("deploy_sure"), r.get("deploy_threshold")), []).append(r)
+    for (train_id, topk, shortlist, among, sure, threshold), group in lines.items():
         group.sort(key=lambda r: r["budget"])
         xs = [r["budget"] for r in group]
         stats = [r["metrics"]["survival_rate"] for r in group]
@@ -246,6 +246,7 @@ def plot_budget_curve(results: dict[str, Any], fig_dir: Path) -> str | None:
         check += f", {shortlist} from the shortlist" if shortlist else ""
         check = f"{check[:-1]}, among {among})" if among else check
         check = f"{check[:-1]}, sure {sure:g})" if sure else check
+        check = f"{check[:-1]}, from rho {threshold:g})" if threshold else check
         ax.plot(xs, [st["value"] for st in stats], marker="o", color=color, linestyle="--" if topk else "-",
                 label=f"{group[0].get('train_name', train_id)}{check}")
         ax.fill_between(xs, [st["lo"] for st in stats], [st["hi"] for st in stats], color=color, alpha=0.15)

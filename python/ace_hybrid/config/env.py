@@ -70,6 +70,12 @@ class EnvConfig:
     deploy_sure: float = 0.0
     """The policy alone (``deploy_topk = 0``) only: it plays its most likely action only where the policy gives it at
     least this probability, and does nothing elsewhere (0: always; else in (0, 1))."""
+    deploy_threshold: float = 0.0
+    """Where a trained policy is deployed (alone or checked; its checkpoint selection too): the danger threshold it
+    decides at, the safe rule acting below it (0: ``env.threshold``; else in [``env.threshold``, 5]). Training's
+    rollouts keep ``env.threshold``: a policy trained from 0.9 and deployed from 1.0 decides only where a line is
+    overloaded, and leaves the states in between, where acting may break what doing nothing keeps, to the safe
+    rule."""
     action_set: str = "full"
     """The actions the policy chooses among: "full" (the whole catalog, ACE's setting) or "tutor:N" (do nothing, the
     line reconnections and the N actions a simulating tutor found best most often in danger states of the training
@@ -92,6 +98,8 @@ class EnvConfig:
               "must be 0 or in [2, 1000]")
         check(self.deploy_sure == 0 or 0 < self.deploy_sure < 1, "env.deploy_sure", self.deploy_sure,
               "must be 0 or in (0, 1)")
+        check(self.deploy_threshold == 0 or self.threshold <= self.deploy_threshold <= 5.0, "env.deploy_threshold",
+              self.deploy_threshold, f"must be 0 or in [env.threshold = {self.threshold:g}, 5]")
         parse_action_set(self.action_set)
         check(1 <= self.action_set_states <= 1_000_000, "env.action_set_states", self.action_set_states,
                "must be in [1, 1000000]")

@@ -29,7 +29,8 @@ ADDED = {"env.start_spread": 0, "sac.max_alpha": math.inf, "sac.critic_layer_nor
          "env.deploy_among": 0, "ace.do_nothing_first": False, "env.data": "",
          "train.init_policy": "", "train.tutor_data": "", "ace.exam": "", "ace.exam_size": 160,
          "ace.label_candidates": False, "sac.anchor_weight": 0.0, "train.eval_at_start": False,
-         "env.deploy_sure": 0.0, "env.mask_no_ops": False, "sac.policy_average": 0.0}
+         "env.deploy_sure": 0.0, "env.mask_no_ops": False, "sac.policy_average": 0.0,
+         "env.deploy_threshold": 0.0}
 """Configuration keys added after runs were saved, with the value that does what was done before them. At that value
 :func:`without_added_defaults` leaves them out, so that runs and experiment cells saved before them stay valid."""
 

@@ -85,6 +85,8 @@ def fingerprint(spec: ExperimentSpec, row: RowSpec, cfg: Config) -> str:
         what["deploy_among"] = row.among  # likewise
     if row.sure:
         what["deploy_sure"] = row.sure  # likewise
+    if row.threshold is not None:
+        what["deploy_threshold"] = row.threshold  # likewise
     if row.budget is not None:
         what["budget"] = row.budget
     if row.ppo is not None:
@@ -111,22 +113,23 @@ def tutor_agent(env: Any, cfg: Config) -> Any:
 
 
 def baseline_agent(kind: str, env: Any, cfg: Config, greedy_budget: int, topk: int | None = None,
-                   shortlist: int | None = None, among: int | None = None, sure: float | None = None) -> Any:
+                   shortlist: int | None = None, among: int | None = None, sure: float | None = None,
+                   threshold: float | None = None) -> Any:
     """The agent of a baseline row, under the configuration's danger threshold (a junior alone, or with the top-k
     check of ``topk`` and ``shortlist`` as the row's ``deploy_topk`` asks, or alone among ``among`` candidates, or
-    alone where it is ``sure``)."""
+    alone where it is ``sure``, or alone from max rho ``threshold``)."""
     from ace_hybrid.agents import make_agent
 
     if kind == "tutor":
         return tutor_agent(env, cfg)
     if kind == "junior":
-        from ace_hybrid.grid.agents import deployed_check
+        from ace_hybrid.grid.agents import deployed_check, deployed_threshold
 
-        # The row's deploy_among and deploy_sure, else its own env.deploy_among and env.deploy_sure (set beside
+        # The row's deploy_among, deploy_sure and deploy_threshold, else its own env.deploy_* (set beside
         # train.init_policy), not the junior file's, apply alone.
         _, _, among, sure = deployed_check(cfg, topk or 0, shortlist, among, sure)
         return make_agent(f"checkpoint:{cfg.train.init_policy}", env, topk=topk or 0, cfg=cfg, shortlist=shortlist,
-                          among=among, sure=sure)
+                          among=among, sure=sure, threshold=deployed_threshold(cfg, threshold))
     return make_agent(kind, env, budget=greedy_budget, cfg=cfg)  # the kinds of baselines are make_agent's names
 
 
@@ -208,11 +211,11 @@ def run_cell(spec: ExperimentSpec, row: RowSpec, seed: int | None, cfg: Config, 
 
         def build(env: Any) -> Any:
             return make_agent(policy, env, topk=row.topk, cfg=cfg, shortlist=row.shortlist, among=row.among,
-                              sure=row.sure)
+                              sure=row.sure, threshold=row.threshold)
     else:
         def build(env: Any) -> Any:
             return baseline_agent(row.kind, env, cfg, spec.greedy_budget, row.topk, row.shortlist, row.among,
-                                  row.sure)
+                                  row.sure, row.threshold)
     agent = build(test_env)
     report = evaluate(test_env, agent, spec.pairs, agent_name=row.name, max_steps=spec.test_max_steps or None,
                       progress=cfg.log.progress)
@@ -231,7 +234,7 @@ def run_cell(spec: ExperimentSpec, row: RowSpec, seed: int | None, cfg: Config, 
     return {
         "cell": cell_id(row, seed), "row": row.id, "name": row.name, "kind": row.kind, "seed": seed,
         "train_id": row.train_id, "deploy_topk": row.topk, "deploy_shortlist": row.shortlist,
-        "deploy_among": row.among, "deploy_sure": row.sure, "budget": row.budget,
+        "deploy_among": row.among, "deploy_sure": row.sure, "deploy_threshold": row.threshold, "budget": row.budget,
         "fingerprint": fingerprint(spec, row, cfg),
         "train_fingerprint": training_fingerprint(cfg, row.ppo) if row.trains else None,
         "env": cfg.env.name, "llm_backend": cfg.llm.backend,

@@ -30,6 +30,7 @@ An experiment file (TOML) names the environment configuration, the held-out test
     deploy_shortlist = [0, 3]  # with deploy_topk: each check also with 3 of its k from the heuristic shortlist
     deploy_among = [8]       # with deploy_topk 0: the policy alone also among do nothing + 7 of the shortlist
     deploy_sure = [0.7]      # with deploy_topk 0: the policy alone also acting only where it gives its choice >= 0.7
+    deploy_threshold = [1.0]  # with deploy_topk 0: the policy alone also deciding only from max rho 1.0
     budgets = [20000, 100000]  # replaces the file's budgets for this row ([]: none)
     ppo = { n_steps = 128 }  # maskable-ppo rows only: MaskablePPO's hyperparameters (experiment.ppo_settings)
 
@@ -62,7 +63,10 @@ alone. ``deploy_among = [8]`` beside a ``deploy_topk`` holding 0 adds "NAME (pol
 heuristic shortlist, none simulated (``env.deploy_among``), so the restriction's share is told apart from what the
 policy learnt; each value in [2, 1000]. ``deploy_sure = [0.7]`` beside it adds "NAME (policy alone, sure 0.7)" (id
 ``ID-sure0.7``): the same ``best.pt`` playing its most likely action only where it gives it a probability of at least
-0.7, doing nothing elsewhere (``env.deploy_sure``); each value in (0, 1). Without ``deploy_topk`` a row is
+0.7, doing nothing elsewhere (``env.deploy_sure``); each value in (0, 1). ``deploy_threshold = [1.0]`` beside it adds
+"NAME (policy alone, from rho 1)" (id ``ID-rho1``): the same ``best.pt`` deciding only where max rho is at least
+1.0, the safe rule acting below (``env.deploy_threshold``); each value in [the run's ``env.threshold``, 5]. Without
+``deploy_topk`` a row is
 tested with its run's own ``env.deploy_topk``. ``--rows ID`` keeps every row made from ``ID``; ``--rows ID-top8``
 just that one.
 
@@ -153,8 +157,8 @@ ON = ("test", "validation")
 configurations are chosen."""
 CLUSTERS = ("pair", "scenario")
 """Valid values of a file's ``cluster``: what the bootstrap resamples."""
-_ROW_KEYS = {"name", "id", "kind", "set", "deploy_topk", "deploy_shortlist", "deploy_among", "deploy_sure", "ppo",
-             "budgets"}
+_ROW_KEYS = {"name", "id", "kind", "set", "deploy_topk", "deploy_shortlist", "deploy_among", "deploy_sure",
+             "deploy_threshold", "ppo", "budgets"}
 BUDGET_KINDS: tuple[str, ...] = ("sac-only", "expert-guided", "ace")
 """Training rows that keep a best.pt per budget (``budgets``); MaskablePPO keeps no checkpoints."""
 _ID = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
@@ -182,6 +186,9 @@ class RowSpec:
     sure: float | None = None
     """The policy alone acting only where it gives its most likely action at least this probability (None: the
     run's own ``env.deploy_sure``)."""
+    threshold: float | None = None
+    """The policy alone deciding only where max rho is at least this, the safe rule acting below (None: the run's own
+    ``env.deploy_threshold``)."""
     train_id: str = ""
     """Id of the training this row tests (its run directories); rows made by one ``deploy_topk`` share it."""
     train_name: str = ""
@@ -350,9 +357,10 @@ def budget_label(steps: int) -> str:
 
 def deployed_rows(row_id: str, name: str, kind: str, overrides: list[str], topks: Any, where: str,
                   ppo: PPOSettings | None = None, budgets: Sequence[int] = (), shortlists: Any = None,
-                  amongs: Any = None, sures: Any = None) -> list[RowSpec]:
+                  amongs: Any = None, sures: Any = None, thresholds: Any = None) -> list[RowSpec]:
     """The table rows of one training row: one per budget, ``deploy_topk`` value, (for a check) ``deploy_shortlist``
-    value and (for the policy alone) ``deploy_among`` and ``deploy_sure`` value, or the row itself without any."""
+    value and (for the policy alone) ``deploy_among``, ``deploy_sure`` and ``deploy_threshold`` value, or the row
+    itself without any."""
     if topks is not None:
         _check_topks(topks, kind, name, where)
     if shortlists is not None:
@@ -361,6 +369,8 @@ def deployed_rows(row_id: str, name: str, kind: str, overrides: list[str], topks
         _check_amongs(amongs, topks, name, where)
     if sures is not None:
         _check_sures(sures, topks, name, where)
+    if thresholds is not None:
+        _check_thresholds(thresholds, topks, name, where)
     rows = []
     for budget in sorted(budgets) or [None]:
         label = "" if budget is None else budget_label(budget)
@@ -377,6 +387,8 @@ def deployed_rows(row_id: str, name: str, kind: str, overrides: list[str], topks
                                  **common) for m in amongs or []]
                 rows += [RowSpec(f"{rid}-sure{p:g}", f"{alone[:-1]}, sure {p:g})", kind, overrides, topk=0, sure=p,
                                  **common) for p in sures or []]
+                rows += [RowSpec(f"{rid}-rho{t:g}", f"{alone[:-1]}, from rho {t:g})", kind, overrides, topk=0,
+                                 threshold=float(t), **common) for t in thresholds or []]
                 continue
             for m in shortlists or [None]:
                 suffix, words = (f"-s{m}", f", {m} from the shortlist") if m else ("", "")
@@ -418,6 +430,18 @@ def _check_sures(sures: Any, topks: Any, name: str, where: str) -> None:
             or len(set(sures)) != len(sures)):
         raise ValueError(f"{where}.deploy_sure = {sures!r} (row {name!r}) must be a non-empty list of distinct "
                          f"probabilities in (0, 1) (the policy acts only where it is that sure), e.g. [0.7]")
+
+
+def _check_thresholds(thresholds: Any, topks: Any, name: str, where: str) -> None:
+    # That each is at least the row's env.threshold is checked with its configuration (load_experiment).
+    if 0 not in (topks or []):
+        raise ValueError(f"{where}.deploy_threshold (row {name!r}) sets where the policy alone decides: give "
+                         f"deploy_topk with a 0 (e.g. [0, 7])")
+    if (not isinstance(thresholds, list) or not thresholds
+            or not all(isinstance(t, (int, float)) and not isinstance(t, bool) and 0 < t <= 5 for t in thresholds)
+            or len(set(thresholds)) != len(thresholds)):
+        raise ValueError(f"{where}.deploy_threshold = {thresholds!r} (row {name!r}) must be a non-empty list of "
+                         f"distinct max-rho levels in (0, 5] (the policy alone decides from there), e.g. [1.0]")
 
 
 def _check_topks(topks: Any, kind: str, name: str, where: str) -> None:
@@ -507,7 +531,12 @@ def load_experiment(path: str | Path, overrides: Sequence[str] = (), *, rows: Se
         validation_pairs=validation_pairs, on=on, **_reporting(data, every_row))
     check_disjoint("test pair", test_pairs, "validation_pairs", validation_pairs, "configurations are chosen on them")
     for row, seed in spec.cells():
-        check_held_out(test_pairs, validation_pairs, row.name, row.trains, spec.row_config(row, seed), on)
+        cfg = spec.row_config(row, seed)
+        check_held_out(test_pairs, validation_pairs, row.name, row.trains, cfg, on)
+        if row.threshold is not None and row.threshold < cfg.env.threshold:
+            raise ValueError(f"deploy_threshold {row.threshold:g} (row {row.train_name!r}) is below its env.threshold "
+                             f"{cfg.env.threshold:g}: the policy would decide in states it never trained in; valid: "
+                             f"[{cfg.env.threshold:g}, 5]")
     return spec
 
 
@@ -666,4 +695,4 @@ def _file_row(raw: dict[str, Any], where: str, file_budgets: list[int]) -> list[
     ppo = PPOSettings.from_table(raw.get("ppo", {}), f"{where} (row {name!r})") if kind == "maskable-ppo" else None
     return deployed_rows(row_id, name, kind, _str_list(raw.get("set", []), f"{where}.set"), raw.get("deploy_topk"),
                          where, ppo, _row_budgets(raw, kind, name, where, file_budgets), raw.get("deploy_shortlist"),
-                         raw.get("deploy_among"), raw.get("deploy_sure"))
+                         raw.get("deploy_among"), raw.get("deploy_sure"), raw.get("deploy_threshold"))

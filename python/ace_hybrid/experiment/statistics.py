@@ -191,20 +191,21 @@ def paired_difference(resample: Resample, a: dict[str, Any], b: dict[str, Any],
             "seeds": len(set(_seed_level(a)) | set(_seed_level(b)))}
 
 
-def _restriction(row: dict[str, Any]) -> tuple[float, float]:
-    """How a row's policy alone is restricted: (``deploy_among``, ``deploy_sure``), 0 where not."""
-    return row.get("deploy_among") or 0, row.get("deploy_sure") or 0
+def _restriction(row: dict[str, Any]) -> tuple[float, float, float]:
+    """How a row's policy alone is restricted: (``deploy_among``, ``deploy_sure``, ``deploy_threshold``), 0 where
+    not."""
+    return row.get("deploy_among") or 0, row.get("deploy_sure") or 0, row.get("deploy_threshold") or 0
 
 
 def comparisons_to_make(rows: Sequence[dict[str, Any]]) -> list[tuple[str, str, str]]:
     """The table's declared comparisons, (row a, row b, why), fixed by the rows' kinds before any number is seen:
 
     - the check's share: each ``+ top-k check`` row against its own ``(policy alone)`` row (same best.pt);
-    - the restriction's share: each ``(policy alone, among K)`` and ``(policy alone, sure P)`` row against its own
-      ``(policy alone)`` row (``deploy_among``, ``deploy_sure``: the row's, else its run's own ``env.deploy_among``,
-      ``env.deploy_sure``);
+    - the restriction's share: each ``(policy alone, among K)``, ``(policy alone, sure P)`` and ``(policy alone, from
+      rho T)`` row against its own ``(policy alone)`` row (``deploy_among``, ``deploy_sure``, ``deploy_threshold``:
+      the row's, else its run's own ``env.deploy_among``, ``env.deploy_sure``, ``env.deploy_threshold``);
     - "deployed the same way" below means the same ``deploy_topk``, ``deploy_shortlist``, ``deploy_among``,
-      ``deploy_sure`` and budget (``budgets``);
+      ``deploy_sure``, ``deploy_threshold`` and budget (``budgets``);
     - against doing nothing: every training row (does learning help at all?);
     - against SAC-only: every other training row against the SAC-only row deployed the same way;
     - against expert-guided RL: every ACE row against the expert-guided row deployed the same way;
@@ -368,14 +369,16 @@ def _row_record(spec: ExperimentSpec, row: RowSpec, cells: list[dict[str, Any]])
     if cells and np.isnan(episodes["max_steps"]).any():
         raise ValueError(f"row {row.id!r}: some cells lack test episodes; delete their files in cells/ and rerun")
     guided = any(float((c.get("config") or {}).get("train", {}).get("tutor_steps", 0) or 0) > 0 for c in cells)
-    among, sure = row.among, row.sure
-    if row.topk == 0 and cells:  # the run's own env.deploy_among and env.deploy_sure: how it was deployed
+    among, sure, threshold = row.among, row.sure, row.threshold
+    if row.topk == 0 and cells:  # the run's own env.deploy_among, _sure, _threshold: how it was deployed
         own = (cells[0].get("config") or {}).get("env", {})
         among = among if among is not None else own.get("deploy_among") or None
         sure = sure if sure is not None else own.get("deploy_sure") or None
+        threshold = threshold if threshold is not None else own.get("deploy_threshold") or None
     return {"id": row.id, "name": row.name, "kind": row.kind, "train_id": row.train_id, "train_name": row.train_name,
             "deploy_topk": row.topk, "deploy_shortlist": row.shortlist, "deploy_among": among, "deploy_sure": sure,
-            "budget": row.budget, "expert_guided": guided, "n": len(cells), "seeds": [c["seed"] for c in cells],
+            "deploy_threshold": threshold, "budget": row.budget, "expert_guided": guided, "n": len(cells),
+            "seeds": [c["seed"] for c in cells],
             "episodes": {f: episodes[f].tolist() for f in EPISODE_FIELDS}, "metrics": {}}
 
 

@@ -311,6 +311,14 @@ def deployed_check(cfg: Config, topk: int | None, shortlist: int | None, among: 
     return k, shortlist, among, sure
 
 
+def deployed_threshold(cfg: Config, threshold: float | None = None) -> float:
+    """The danger threshold a saved policy is deployed with: ``threshold`` where given, else the run's
+    ``env.deploy_threshold`` (0: its ``env.threshold``, the one it was trained at)."""
+    if threshold is not None:
+        return float(threshold)
+    return cfg.env.deploy_threshold or cfg.env.threshold
+
+
 def make_tutor(env: Any, cfg: Config, actions: Any = None) -> GreedyExpertAgent:
     """Expert-guided RL's tutor: the greedy expert over the run's action set with ``train.tutor_budget`` simulations
     per decision, under ``env.threshold``.

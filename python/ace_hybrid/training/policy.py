@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ace_hybrid.config import config_from_dict
-from ace_hybrid.grid.agents import PolicyAgent, deployed_check
+from ace_hybrid.grid.agents import PolicyAgent, deployed_check, deployed_threshold
 from ace_hybrid.grid.action_set import ActionSet
 from ace_hybrid.grid.catalog import ActionCatalog
 from ace_hybrid.grid.features import ObservationFeatures, RunningNormalizer
@@ -42,18 +42,18 @@ class SACAgent(PolicyAgent):
 
 def agent_of(run: Run, env: Any) -> SACAgent:
     """The run's current policy acting in ``env`` (``env.deploy_topk``, ``env.deploy_shortlist``,
-    ``env.deploy_among`` and ``env.deploy_sure`` as configured)."""
-    return SACAgent(env, run.sac.deployed(), run.actions, run.features, run.normalizer, run.cfg.env.threshold,
+    ``env.deploy_among``, ``env.deploy_sure`` and ``env.deploy_threshold`` as configured)."""
+    return SACAgent(env, run.sac.deployed(), run.actions, run.features, run.normalizer, deployed_threshold(run.cfg),
                     *deployed_check(run.cfg, None, None))
 
 
 def load_agent(path: str | Path, env: Any, topk: int | None = None, shortlist: int | None = None,
-               among: int | None = None, sure: float | None = None) -> SACAgent:
+               among: int | None = None, sure: float | None = None, threshold: float | None = None) -> SACAgent:
     """A trained agent from a checkpoint file or a junior file (:mod:`ace_hybrid.training.junior`; an ensemble
     file acts by its members' mean probabilities), for
-    ``ace-hybrid evaluate --agent checkpoint:PATH`` (``topk``, ``shortlist``, ``among`` and ``sure`` override the
-    run's ``env.deploy_topk``, ``env.deploy_shortlist``, ``env.deploy_among`` and ``env.deploy_sure``; see
-    :func:`~ace_hybrid.grid.agents.deployed_check`)."""
+    ``ace-hybrid evaluate --agent checkpoint:PATH`` (``topk``, ``shortlist``, ``among``, ``sure`` and ``threshold``
+    override the run's ``env.deploy_topk``, ``env.deploy_shortlist``, ``env.deploy_among``, ``env.deploy_sure`` and
+    ``env.deploy_threshold``; see :func:`~ace_hybrid.grid.agents.deployed_check`)."""
     from ace_hybrid.training.junior_file import actor_policies, checked_junior, is_junior
 
     state = read_torch_file(path)
@@ -73,6 +73,6 @@ def load_agent(path: str | Path, env: Any, topk: int | None = None, shortlist: i
         sac = sac.deployed()
     normalizer = RunningNormalizer(features.dim)
     normalizer.load_state_dict(state["normalizer"])
-    return SACAgent(env, sac, actions, features, normalizer, cfg.env.threshold,
+    return SACAgent(env, sac, actions, features, normalizer, deployed_threshold(cfg, threshold),
                     *deployed_check(cfg, topk, shortlist, among, sure))
 

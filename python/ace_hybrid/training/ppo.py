@@ -29,7 +29,7 @@ import numpy as np
 from ace_hybrid.config import Config, config_from_dict
 from ace_hybrid.files import atomic_write_json
 from ace_hybrid.grid.action_set import ActionSet
-from ace_hybrid.grid.agents import PolicyAgent, deployed_check
+from ace_hybrid.grid.agents import PolicyAgent, deployed_check, deployed_threshold
 from ace_hybrid.grid.catalog import ActionCatalog
 from ace_hybrid.grid.features import ObservationFeatures, RunningNormalizer
 
@@ -150,10 +150,11 @@ class MaskablePPOAgent(PolicyAgent):
 
 
 def load_ppo_agent(run_dir: str | Path, env: Any, topk: int | None = None, shortlist: int | None = None,
-                   among: int | None = None, sure: float | None = None) -> MaskablePPOAgent:
+                   among: int | None = None, sure: float | None = None,
+                   threshold: float | None = None) -> MaskablePPOAgent:
     """The MaskablePPO agent of a finished run directory acting in ``env`` (``topk``, ``shortlist``, ``among``,
-    ``sure`` None: the run's own ``env.deploy_topk``, ``env.deploy_shortlist``, ``env.deploy_among``,
-    ``env.deploy_sure``), for
+    ``sure``, ``threshold`` None: the run's own ``env.deploy_topk``, ``env.deploy_shortlist``, ``env.deploy_among``,
+    ``env.deploy_sure``, ``env.deploy_threshold``), for
     ``make_agent("maskable-ppo:RUN_DIR", ...)``."""
     from sb3_contrib import MaskablePPO
 
@@ -165,5 +166,5 @@ def load_ppo_agent(run_dir: str | Path, env: Any, topk: int | None = None, short
     normalizer = RunningNormalizer(features.dim)
     normalizer.load_state_dict(state["normalizer"])  # mean and m2 as lists: it makes arrays of them
     topk, shortlist, among, sure = deployed_check(cfg, topk, shortlist, among, sure)
-    return MaskablePPOAgent(env.action_space, actions, features, normalizer, cfg.env.threshold, topk, policy=model,
-                            shortlist=shortlist, among=among, sure=sure)
+    return MaskablePPOAgent(env.action_space, actions, features, normalizer, deployed_threshold(cfg, threshold), topk,
+                            policy=model, shortlist=shortlist, among=among, sure=sure)
