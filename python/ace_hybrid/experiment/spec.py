@@ -66,9 +66,8 @@ policy learnt; each value in [2, 1000]. ``deploy_sure = [0.7]`` beside it adds "
 0.7, doing nothing elsewhere (``env.deploy_sure``); each value in (0, 1). ``deploy_threshold = [1.0]`` beside it adds
 "NAME (policy alone, from rho 1)" (id ``ID-rho1``): the same ``best.pt`` deciding only where max rho is at least
 1.0, the safe rule acting below (``env.deploy_threshold``); each value in [the run's ``env.threshold``, 5]. Without
-``deploy_topk`` a row is
-tested with its run's own ``env.deploy_topk``. ``--rows ID`` keeps every row made from ``ID``; ``--rows ID-top8``
-just that one.
+``deploy_topk`` a row is tested with its run's own ``env.deploy_topk``. ``--rows ID`` keeps every row made from
+``ID``; ``--rows ID-top8`` just that one.
 
 ``budgets``. The file's (or a row's own) ``budgets`` train each SAC row (sac-only, expert-guided, ace) once, to the
 largest (it sets ``train.total_env_steps``), keeping ``best-<steps>.pt`` at each (``train.keep_best_at``: an
