@@ -617,10 +617,8 @@ def test_deploy_sure_adds_the_policy_alone_where_it_is_sure_and_fails_naming_the
                          r"list of distinct probabilities in \(0, 1\)")
     _refuses_sac_row(tmp_path, "deploy_topk = [4]\ndeploy_sure = [0.7]",
                      r"deploy_sure \(row 'SAC'\) gates the policy alone: give deploy_topk with a 0")
-    made = ex.comparisons_to_make([{"id": r.id, "kind": r.kind, "train_id": r.train_id, "deploy_topk": r.topk,
-                                    "deploy_sure": r.sure, "budget": None} for r in spec.rows])
-    assert [(a, b) for a, b, why in made if why == "the restriction's share"] == [("sac-sure0.7", "sac-alone"),
-                                                                                 ("sac-sure0.5", "sac-alone")]
+    made = _made_comparisons(spec, "deploy_sure", "sure")
+    assert _restriction_shares(made) == [("sac-sure0.7", "sac-alone"), ("sac-sure0.5", "sac-alone")]
     assert ("sac-top4", "sac-alone", "the top-k check's share") in made
 
 
@@ -643,10 +641,18 @@ def test_deploy_threshold_adds_the_policy_alone_deciding_from_a_higher_rho(tmp_p
     _refuses_sac_row(tmp_path, f"deploy_topk = [0]\ndeploy_threshold = [{threshold / 2:g}]",
                      rf"deploy_threshold {threshold / 2:g} \(row 'SAC'\) is below its env.threshold {threshold:g}.*"
                      rf"valid: \[{threshold:g}, 5\]")
-    made = ex.comparisons_to_make([{"id": r.id, "kind": r.kind, "train_id": r.train_id, "deploy_topk": r.topk,
-                                    "deploy_threshold": r.threshold, "budget": None} for r in spec.rows])
-    assert [(a, b) for a, b, why in made if why == "the restriction's share"] == [("sac-rho0.95", "sac-alone"),
-                                                                                 ("sac-rho1", "sac-alone")]
+    made = _made_comparisons(spec, "deploy_threshold", "threshold")
+    assert _restriction_shares(made) == [("sac-rho0.95", "sac-alone"), ("sac-rho1", "sac-alone")]
+
+
+def _made_comparisons(spec: ex.ExperimentSpec, key: str, attr: str) -> list[tuple[str, str, str]]:
+    """The declared comparisons of ``spec``'s rows, each row carrying its restriction ``key`` (RowSpec.``attr``)."""
+    return ex.comparisons_to_make([{"id": r.id, "kind": r.kind, "train_id": r.train_id, "deploy_topk": r.topk,
+                                    key: getattr(r, attr), "budget": None} for r in spec.rows])
+
+
+def _restriction_shares(made: list[tuple[str, str, str]]) -> list[tuple[str, str]]:
+    return [(a, b) for a, b, why in made if why == "the restriction's share"]
 
 
 def _refuses_sac_row(tmp_path: Path, keys: str, message: str) -> None:
